@@ -1,0 +1,1 @@
+"""Engines that run attention: a small protocol, numpy and ONNX implementations, and dispatch."""

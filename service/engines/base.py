@@ -1,0 +1,42 @@
+"""The protocol every engine implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from service.core.types import AttentionResult, AttentionTask
+
+
+@dataclass(frozen=True, slots=True)
+class EngineChoice:
+    """Which engine ran a request, on which provider, and why it was chosen."""
+
+    name: str
+    provider: str
+    reason: str
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """An attention engine.
+
+    ``unsupported_reason`` returns None when the engine can run the task, or a
+    sentence saying why not (shown to clients in 422 errors and in
+    ``engine.reason``). ``run`` must honour semantics.md exactly, fully masked
+    rows included.
+    """
+
+    name: str
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    def unsupported_reason(self, task: AttentionTask) -> str | None: ...
+
+    def run(self, task: AttentionTask) -> AttentionResult: ...
+
+    def describe(self) -> dict[str, Any]: ...
