@@ -1,0 +1,34 @@
+# Two commands: `make serve` starts the service on http://127.0.0.1:8000,
+# `make test` runs the whole test suite. Both create .venv and install into it.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: serve test bench bench-engines export-models clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(VENV)/.installed $@
+
+serve: $(VENV)/.installed
+	$(BIN)/python -m service serve
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest
+
+bench: $(VENV)/.installed
+	$(BIN)/python bench/bench_numpy_engine.py
+
+export-models: $(VENV)/.installed
+	$(BIN)/python -m service export-models
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

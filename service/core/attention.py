@@ -1,0 +1,310 @@
+"""Scaled dot-product attention with pluggable normalizers, and its backward.
+
+The pipeline is semantics.md's, in order: ``scores = scale * Q K^T``, add the
+mask bias (booleans select, floats add), divide by the temperature, normalize
+over the key axis, ``output = A V``.
+
+The forward pass works one (batch, key/value head) block at a time: the query
+heads that share a key/value head (grouped-query attention, PyTorch's
+``enable_gqa`` repeat-interleave order) are stacked into one ``(G*L, E)``
+matrix so each block is a single large GEMM, the normalizer runs in place on
+the block, and peak memory beyond the result is one ``(G*L, S)`` block.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.core import normalizers
+from service.core.errors import InvalidInput, NumericalError
+from service.core.masks import causal_keep, key_length_keep, split_mask, valid_key_counts
+from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask
+
+COMPUTE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def promote_to_4d(x: np.ndarray) -> np.ndarray:
+    """View a rank 2-4 tensor as rank 4 by prepending axes of size 1."""
+    if not 2 <= x.ndim <= 4:
+        raise InvalidInput(f"expected rank 2 to 4, got rank {x.ndim}")
+    return x.reshape((1,) * (4 - x.ndim) + x.shape)
+
+
+@dataclass(frozen=True, slots=True)
+class Dims:
+    """Sizes of one attention call after promotion to rank 4."""
+
+    B: int
+    Hq: int
+    Hkv: int
+    L: int
+    S: int
+    E: int
+    Ev: int
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head."""
+        return self.Hq // self.Hkv
+
+    @property
+    def weights_shape(self) -> tuple[int, int, int, int]:
+        return (self.B, self.Hq, self.L, self.S)
+
+
+def check_dims(query_shape: tuple[int, ...], key_shape: tuple[int, ...], value_shape: tuple[int, ...]) -> Dims:
+    """Check the shapes agree (semantics.md, "Shapes") and return the sizes.
+
+    Errors name the field and dimension, e.g. "key has E=32 but query has E=64".
+    """
+    for name, shape in (("query", query_shape), ("key", key_shape), ("value", value_shape)):
+        if not 2 <= len(shape) <= 4:
+            raise InvalidInput(f"{name} must have rank 2 to 4, got rank {len(shape)} (shape {tuple(shape)})", (name,))
+        for axis, size in enumerate(shape):
+            if size < 1:
+                raise InvalidInput(f"{name} has a dimension of size {size} at axis {axis}; sizes must be >= 1", (name, "shape", axis))
+    if not (len(query_shape) == len(key_shape) == len(value_shape)):
+        raise InvalidInput(
+            f"query, key and value must have the same rank; got {len(query_shape)}, {len(key_shape)} and {len(value_shape)}",
+            ("key",),
+        )
+    rank = len(query_shape)
+    q = (1,) * (4 - rank) + tuple(query_shape)
+    k = (1,) * (4 - rank) + tuple(key_shape)
+    v = (1,) * (4 - rank) + tuple(value_shape)
+    off = 4 - rank
+
+    def axis(i: int) -> int:
+        return i - off
+
+    if k[3] != q[3]:
+        raise InvalidInput(f"key has E={k[3]} but query has E={q[3]}", ("key", "shape", axis(3)))
+    if k[0] != q[0]:
+        raise InvalidInput(f"key has B={k[0]} but query has B={q[0]}", ("key", "shape", axis(0)))
+    if v[0] != k[0]:
+        raise InvalidInput(f"value has B={v[0]} but key has B={k[0]}", ("value", "shape", axis(0)))
+    if v[1] != k[1]:
+        raise InvalidInput(f"value has H={v[1]} but key has H={k[1]}", ("value", "shape", axis(1)))
+    if v[2] != k[2]:
+        raise InvalidInput(f"value has S={v[2]} but key has S={k[2]}", ("value", "shape", axis(2)))
+    if q[1] % k[1] != 0:
+        raise InvalidInput(
+            f"query has H={q[1]} heads, not a multiple of key's H={k[1]} (grouped-query attention needs Hq % Hkv == 0)",
+            ("key", "shape", axis(1)),
+        )
+    return Dims(B=q[0], Hq=q[1], Hkv=k[1], L=q[2], S=k[2], E=q[3], Ev=v[3])
+
+
+def check_params(params: AttentionParams) -> None:
+    """Reject options the contract does not define."""
+    if params.normalizer not in normalizers.NORMALIZER_NAMES:
+        raise InvalidInput(
+            f"normalizer must be one of {', '.join(normalizers.NORMALIZER_NAMES)}; got {params.normalizer!r}",
+            ("normalizer",),
+        )
+    if params.normalizer == "entmax":
+        if params.alpha is None or not math.isfinite(params.alpha) or params.alpha <= 1:
+            raise InvalidInput("normalizer 'entmax' needs a finite alpha > 1 (alpha = 1 is softmax)", ("alpha",))
+    if params.scale is not None and not (math.isfinite(params.scale) and params.scale > 0):
+        raise InvalidInput(f"scale must be a finite number > 0, got {params.scale}", ("scale",))
+    if not (math.isfinite(params.temperature) and params.temperature > 0):
+        raise InvalidInput(f"temperature must be a finite number > 0, got {params.temperature}", ("temperature",))
+    if params.causal not in (None, "top_left", "bottom_right"):
+        raise InvalidInput(f"causal must be false, true, 'top_left' or 'bottom_right'; got {params.causal!r}", ("causal",))
+
+
+def _as_compute(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=dtype)
+
+
+@dataclass(slots=True)
+class _Prepared:
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    dims: Dims
+    drop: np.ndarray | None  # rank-4 boolean, True = masked out
+    bias: np.ndarray | None  # rank-4 additive bias, already divided by the temperature
+    valid_keys: np.ndarray
+    factor: float  # scale / temperature
+
+
+def _prepare(inputs: AttentionInputs, params: AttentionParams, dtype: np.dtype) -> _Prepared:
+    dtype = np.dtype(dtype)
+    if dtype not in COMPUTE_DTYPES:
+        raise InvalidInput(f"precision must be float32 or float64, got {dtype}", ("precision",))
+    check_params(params)
+    dims = check_dims(inputs.query.shape, inputs.key.shape, inputs.value.shape)
+    q = _as_compute(promote_to_4d(inputs.query), dtype)
+    k = _as_compute(promote_to_4d(inputs.key), dtype)
+    v = _as_compute(promote_to_4d(inputs.value), dtype)
+    target = dims.weights_shape
+    keep, bias = split_mask(inputs.mask, target)
+    if bias is not None:
+        with np.errstate(over="ignore"):
+            bias = np.asarray(bias, dtype=dtype) / dtype.type(params.temperature)
+        if np.isneginf(bias).any():
+            finite = ~np.isneginf(bias)
+            keep = finite if keep is None else keep & finite
+    if params.causal is not None:
+        c = causal_keep(dims.L, dims.S, params.causal).reshape(1, 1, dims.L, dims.S)
+        keep = c if keep is None else keep & c
+    if inputs.key_lengths is not None:
+        kl = key_length_keep(inputs.key_lengths, dims.B, dims.S)
+        keep = kl if keep is None else keep & kl
+    drop = None if keep is None else ~keep
+    scale = params.scale if params.scale is not None else 1.0 / math.sqrt(dims.E)
+    return _Prepared(
+        q=q,
+        k=k,
+        v=v,
+        dims=dims,
+        drop=drop,
+        bias=bias,
+        valid_keys=valid_key_counts(keep, target),
+        factor=scale / params.temperature,
+    )
+
+
+def _block(a: np.ndarray | None, b: int, heads: slice) -> np.ndarray | None:
+    """The (G|1, L|1, S|1) slice of a broadcastable rank-4 mask for one block."""
+    if a is None:
+        return None
+    bi = b if a.shape[0] > 1 else 0
+    return a[bi, heads] if a.shape[1] > 1 else a[bi]
+
+
+def _scores_block(p: _Prepared, b: int, kv: int, out: np.ndarray) -> None:
+    """Write the normalizer input ``(scale*QK^T + bias)/T`` of one block into ``out`` (G*L, S)."""
+    d = p.dims
+    G = d.group
+    heads = slice(kv * G, (kv + 1) * G)
+    qb = p.q[b, heads].reshape(G * d.L, d.E)
+    qb = qb * qb.dtype.type(p.factor)  # scaling Q (G*L*E) is cheaper than scaling the scores (G*L*S)
+    np.matmul(qb, p.k[b, kv].T, out=out)
+    z3 = out.reshape(G, d.L, d.S)
+    bias = _block(p.bias, b, heads)
+    if bias is not None:
+        with np.errstate(invalid="ignore"):
+            z3 += bias
+    drop = _block(p.drop, b, heads)
+    if drop is not None:
+        np.copyto(z3, -np.inf, where=drop)
+
+
+def run_attention(task: AttentionTask) -> AttentionResult:
+    """Run attention on numpy; the reference implementation of semantics.md.
+
+    Raises :class:`InvalidInput` for inputs the contract rejects and
+    :class:`NumericalError` when a result would not be finite (float32 scores
+    that overflow: retry with float64).
+    """
+    params = task.params
+    p = _prepare(task.inputs, params, task.dtype)
+    d = p.dims
+    G = d.group
+    dtype = p.q.dtype
+    output = np.empty((d.B, d.Hq, d.L, d.Ev), dtype=dtype)
+    weights = np.empty(d.weights_shape, dtype=dtype) if task.need_weights else None
+    scores = np.empty(d.weights_shape, dtype=dtype) if task.need_scores else None
+    scratch = None if weights is not None else np.empty((G * d.L, d.S), dtype=dtype)
+    for b in range(d.B):
+        for kv in range(d.Hkv):
+            heads = slice(kv * G, (kv + 1) * G)
+            z = weights[b, heads].reshape(G * d.L, d.S) if weights is not None else scratch
+            _scores_block(p, b, kv, z)
+            if scores is not None:
+                scores[b, heads] = z.reshape(G, d.L, d.S)
+            if params.normalizer == "softmax":
+                normalizers.softmax(z, out=z)
+                a = z
+            else:
+                a = normalizers.normalize(z, params.normalizer, alpha=params.alpha)
+                if weights is not None:
+                    z[...] = a
+            np.matmul(a, p.v[b, kv], out=output[b, heads].reshape(G * d.L, d.Ev))
+    if not np.isfinite(output).all():
+        raise NumericalError(
+            f"the attention output is not finite in {np.dtype(dtype).name}: the scores overflowed "
+            "(|scale * q.k| too large); retry with precision float64 or smaller inputs"
+        )
+    rank = task.inputs.query.ndim
+    lead = task.inputs.query.shape[:-1]
+    return AttentionResult(
+        output=output.reshape(lead + (d.Ev,)) if rank < 4 else output,
+        weights=None if weights is None else weights.reshape(lead + (d.S,)),
+        scores=None if scores is None else scores.reshape(lead + (d.S,)),
+        valid_keys=p.valid_keys,
+    )
+
+
+def attention(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    *,
+    mask: np.ndarray | None = None,
+    key_lengths: np.ndarray | None = None,
+    params: AttentionParams | None = None,
+    dtype: np.dtype | type = np.float32,
+    need_weights: bool = True,
+    need_scores: bool = False,
+) -> AttentionResult:
+    """Library entry point: attention on numpy arrays (see :func:`run_attention`)."""
+    task = AttentionTask(
+        inputs=AttentionInputs(query=query, key=key, value=value, mask=mask, key_lengths=key_lengths),
+        params=params or AttentionParams(),
+        dtype=np.dtype(dtype),
+        need_weights=need_weights,
+        need_scores=need_scores,
+    )
+    return run_attention(task)
+
+
+@dataclass(slots=True)
+class AttentionGradients:
+    """Gradients of ``sum(output * grad_output)`` with respect to the inputs, in their shapes."""
+
+    grad_query: np.ndarray
+    grad_key: np.ndarray
+    grad_value: np.ndarray
+
+
+def attention_backward(task: AttentionTask, grad_output: np.ndarray) -> AttentionGradients:
+    """Backward pass of :func:`run_attention` (semantics.md, "Gradients").
+
+    ``dV = A^T dO``, ``dA = dO V^T``, ``dZ = backward(dA)``, and with ``dS = dZ/T``:
+    ``dQ = scale * dS K``, ``dK = scale * dS^T Q``. Query heads sharing a
+    key/value head add their contributions to it. The mask is not differentiated.
+    """
+    params = task.params
+    p = _prepare(task.inputs, params, task.dtype)
+    d = p.dims
+    G = d.group
+    go = np.asarray(grad_output)
+    expected = task.inputs.query.shape[:-1] + (d.Ev,)
+    if go.shape != expected:
+        raise InvalidInput(f"grad_output has shape {go.shape}, expected the output's shape {expected}", ("grad_output",))
+    go4 = _as_compute(promote_to_4d(go), p.q.dtype)
+    dq = np.empty_like(p.q)
+    dk = np.zeros_like(p.k)
+    dv = np.zeros_like(p.v)
+    scale = params.scale if params.scale is not None else 1.0 / math.sqrt(d.E)
+    z = np.empty((G * d.L, d.S), dtype=p.q.dtype)
+    for b in range(d.B):
+        for kv in range(d.Hkv):
+            heads = slice(kv * G, (kv + 1) * G)
+            _scores_block(p, b, kv, z)
+            a = normalizers.normalize(z, params.normalizer, alpha=params.alpha)
+            dob = go4[b, heads].reshape(G * d.L, d.Ev)
+            dv[b, kv] = a.T @ dob
+            da = dob @ p.v[b, kv].T
+            dz = normalizers.normalize_backward(params.normalizer, a, da, alpha=params.alpha, z=z)
+            ds = dz * (scale / params.temperature)
+            dq[b, heads] = (ds @ p.k[b, kv]).reshape(G, d.L, d.E)
+            dk[b, kv] = ds.T @ p.q[b, heads].reshape(G * d.L, d.E)
+    shapes = (task.inputs.query.shape, task.inputs.key.shape, task.inputs.value.shape)
+    return AttentionGradients(dq.reshape(shapes[0]), dk.reshape(shapes[1]), dv.reshape(shapes[2]))
