@@ -195,6 +195,35 @@ def _scores_block(p: _Prepared, b: int, kv: int, out: np.ndarray) -> None:
         np.copyto(z3, -np.inf, where=drop)
 
 
+def _forward_blocks(
+    p: _Prepared,
+    normalizer: str,
+    alpha: float | None,
+    output: np.ndarray,
+    weights: np.ndarray | None,
+    scores: np.ndarray | None,
+    scratch: np.ndarray | None,
+) -> None:
+    """Fill ``output`` (and ``weights``/``scores`` when given) block by block."""
+    d = p.dims
+    G = d.group
+    for b in range(d.B):
+        for kv in range(d.Hkv):
+            heads = slice(kv * G, (kv + 1) * G)
+            z = weights[b, heads].reshape(G * d.L, d.S) if weights is not None else scratch
+            _scores_block(p, b, kv, z)
+            if scores is not None:
+                scores[b, heads] = z.reshape(G, d.L, d.S)
+            if normalizer == "softmax":
+                normalizers.softmax(z, out=z)
+                a = z
+            else:
+                a = normalizers.normalize(z, normalizer, alpha=alpha)
+                if weights is not None:
+                    z[...] = a
+            np.matmul(a, p.v[b, kv], out=output[b, heads].reshape(G * d.L, d.Ev))
+
+
 def run_attention(task: AttentionTask) -> AttentionResult:
     """Run attention on numpy; the reference implementation of semantics.md.
 
@@ -211,21 +240,9 @@ def run_attention(task: AttentionTask) -> AttentionResult:
     weights = np.empty(d.weights_shape, dtype=dtype) if task.need_weights else None
     scores = np.empty(d.weights_shape, dtype=dtype) if task.need_scores else None
     scratch = None if weights is not None else np.empty((G * d.L, d.S), dtype=dtype)
-    for b in range(d.B):
-        for kv in range(d.Hkv):
-            heads = slice(kv * G, (kv + 1) * G)
-            z = weights[b, heads].reshape(G * d.L, d.S) if weights is not None else scratch
-            _scores_block(p, b, kv, z)
-            if scores is not None:
-                scores[b, heads] = z.reshape(G, d.L, d.S)
-            if params.normalizer == "softmax":
-                normalizers.softmax(z, out=z)
-                a = z
-            else:
-                a = normalizers.normalize(z, params.normalizer, alpha=params.alpha)
-                if weights is not None:
-                    z[...] = a
-            np.matmul(a, p.v[b, kv], out=output[b, heads].reshape(G * d.L, d.Ev))
+    # float32 scores beyond ~3e38 overflow; that is reported below as a NumericalError, not as warnings.
+    with np.errstate(over="ignore", invalid="ignore"):
+        _forward_blocks(p, params.normalizer, params.alpha, output, weights, scores, scratch)
     if not np.isfinite(output).all():
         raise NumericalError(
             f"the attention output is not finite in {np.dtype(dtype).name}: the scores overflowed "
