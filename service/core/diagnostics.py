@@ -1,0 +1,482 @@
+"""Attention diagnostics (semantics.md, "Diagnostics").
+
+Pure numpy and standard library. The per-row statistics are computed in one
+pass over the weights, in blocks of about ``_BLOCK_ELEMENTS`` elements copied
+to float64, so the extra memory is a few blocks, never a full-size temporary.
+All reductions run in float64; ``ln`` is evaluated in float32 for weights of at
+most 32 bits (relative error ~1e-7, below what such weights carry) and in
+float64 otherwise.
+
+Definitions (``A`` the weights of one query row, ``S`` the key count, ``n`` the
+row's ``valid_keys``):
+
+* *live* row: at least one finite non-zero weight. Otherwise the row is *fully
+  masked*: masked out completely, or a relu row whose relu sum is 0.
+* *informative* row: live and ``n >= 2``. Only informative rows can be
+  collapsed, uniform or saturated (with one valid key the only distribution is
+  one-hot, which says nothing about the model).
+* Non-finite weights (NaN, +-inf) are counted in ``non_finite`` and read as 0
+  by every other statistic, so every float in the result is finite.
+* ``entropy`` ``H = -sum_j A_j ln A_j`` in nats, ``0 ln 0 = 0``, clipped below
+  at 0 (weights rounded just above 1); 0 for fully masked rows.
+* ``normalized_entropy`` ``H / ln n`` for informative rows, else 0.
+* ``effective_support`` ``exp(H)`` for live rows, else 0.
+* ``max_weight`` and ``argmax`` (first index of the max; -1 when fully masked).
+* ``zeros``: valid keys whose weight is exactly 0, computed as
+  ``#{j : A_j == 0} - (S - n)`` clipped to ``[0, n]``; masked keys are exactly 0
+  by contract, so this is the sparsity of sparse normalizers (softmax: 0 unless
+  exp underflows; a relu zero-sum row: ``n``; a masked-out row: 0).
+* ``attention_distance`` ``sum_j A_j |p - j|`` with query position ``p = i``, or
+  ``i + S - L`` when ``causal == "bottom_right"``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "DiagnosticThresholds",
+    "attention_diagnostics",
+    "probability_diagnostics",
+]
+
+# Elements per float64 block (512 KiB): small enough to stay in cache, large
+# enough that the per-block Python overhead is negligible.
+_BLOCK_ELEMENTS = 1 << 16
+_F64_MAX = float(np.finfo(np.float64).max)
+_CAUSAL = (None, "top_left", "bottom_right")
+
+
+@dataclass(frozen=True, slots=True)
+class DiagnosticThresholds:
+    """Thresholds of the per-head flags and of saturation (settings ``ATTN_DIAG_*``).
+
+    * ``collapsed_max_weight`` (0.9): an informative row *collapses* when its max
+      weight is ``>=`` this, i.e. at least 90 % of its mass sits on one key.
+    * ``collapsed_row_fraction`` (0.5): a head is ``collapsed`` when strictly
+      more than this fraction of its informative rows collapse ("most rows").
+    * ``uniform_normalized_entropy`` (0.95): a head is ``uniform`` when the mean
+      normalized entropy of its informative rows is ``>=`` this (1 is exactly
+      uniform; 0.95 still means the head barely discriminates between keys).
+    * ``saturation_margin`` (1e-6, semantics.md): an informative row is
+      *saturated* when its max weight is ``> 1 - margin``: softmax gradients
+      through it are then below ~1e-6 and vanish.
+    """
+
+    collapsed_max_weight: float = 0.9
+    collapsed_row_fraction: float = 0.5
+    uniform_normalized_entropy: float = 0.95
+    saturation_margin: float = 1e-6
+
+    def __post_init__(self) -> None:
+        """Reject values outside the ranges where the flags make sense."""
+        checks = (
+            ("collapsed_max_weight", self.collapsed_max_weight, 0.0, 1.0, False),
+            ("collapsed_row_fraction", self.collapsed_row_fraction, 0.0, 1.0, True),
+            ("uniform_normalized_entropy", self.uniform_normalized_entropy, 0.0, 1.0, False),
+            ("saturation_margin", self.saturation_margin, 0.0, 1.0, False),
+        )
+        for name, value, low, high, low_closed in checks:
+            v = float(value)
+            ok = (low <= v if low_closed else low < v) and v <= high
+            if not ok:
+                left = "[" if low_closed else "("
+                raise ValueError(f"{name} must be in {left}{low}, {high}], got {value!r}")
+
+
+# --------------------------------------------------------------------------
+# The per-row kernel
+# --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _RowStats:
+    """Per-row results of :func:`_row_stats`, each of shape ``(G, L)``."""
+
+    row_sum: np.ndarray
+    entropy: np.ndarray
+    max_weight: np.ndarray
+    argmax: np.ndarray
+    zero_count: np.ndarray  # exact zeros per row, non-finite weights excluded
+    live: np.ndarray
+    distance: np.ndarray | None
+    non_finite: int
+
+
+def _blocks(groups: int, rows: int, keys: int) -> Iterator[tuple[slice, slice]]:
+    """Cover a ``(groups, rows, keys)`` array with blocks of about ``_BLOCK_ELEMENTS``.
+
+    A block is either several whole groups (``rows`` slice is all rows) or a
+    run of rows inside one group, so each block is contiguous in C order and
+    its rows map onto one contiguous slice of the row positions.
+    """
+    per_block = max(1, _BLOCK_ELEMENTS // max(keys, 1))
+    if per_block >= rows:
+        step = max(1, per_block // max(rows, 1))
+        for g0 in range(0, groups, step):
+            yield slice(g0, min(g0 + step, groups)), slice(0, rows)
+    else:
+        # Row-run outer, group inner: the distance block of a row run is built
+        # once and reused for every group.
+        for l0 in range(0, rows, per_block):
+            for g in range(groups):
+                yield slice(g, g + 1), slice(l0, min(l0 + per_block, rows))
+
+
+def _row_stats(a3: np.ndarray, positions: np.ndarray | None) -> _RowStats:
+    """Row statistics of ``a3`` ``(G, L, S)`` over its last axis.
+
+    ``positions`` (``(L,)`` float64, the query positions) turns on the
+    attention distance ``sum_j A_ij |positions_i - j|``.
+    """
+    groups, rows, keys = a3.shape
+    shape = (groups, rows)
+    row_sum = np.zeros(shape, np.float64)
+    entropy = np.zeros(shape, np.float64)
+    max_weight = np.zeros(shape, np.float64)
+    argmax = np.full(shape, -1, np.int64)
+    zero_count = np.zeros(shape, np.int64)
+    live = np.zeros(shape, bool)
+    distance = np.zeros(shape, np.float64) if positions is not None else None
+    non_finite = 0
+    if keys == 0 or a3.size == 0:
+        return _RowStats(row_sum, entropy, max_weight, argmax, zero_count, live, distance, 0)
+
+    key_pos = np.arange(keys, dtype=np.float64)
+    # ln is evaluated in float32 for inputs of at most 32 bits (2-3 times faster,
+    # relative error ~1e-7, below what such weights carry) and summed in float64.
+    log_dtype = np.dtype(np.float32) if a3.dtype.itemsize <= 4 else np.dtype(np.float64)
+    tiny = float(np.finfo(log_dtype).tiny)
+    dist_rows: slice | None = None
+    dist_block = np.zeros((0, keys))
+    log_buf: np.ndarray | None = None
+    log64: np.ndarray | None = None
+    for gs, ls in _blocks(groups, rows, keys):
+        block = a3[gs, ls]
+        k, m, _ = block.shape
+        n = k * m
+        src = block.reshape(n, keys)
+        # float64 rows for the reductions: a copy unless the input already is
+        # float64 (then it is only read, and copied before any write).
+        w2 = src if src.dtype == np.float64 else np.array(src, dtype=np.float64)
+        s = np.einsum("ij->i", w2)
+        # A sum is finite only if every term is, so one check covers the block.
+        nf_rows: np.ndarray | None = None
+        if not np.isfinite(s).all():
+            bad = ~np.isfinite(w2)
+            nf_rows = np.count_nonzero(bad, axis=1)
+            non_finite += int(nf_rows.sum())
+            w2 = np.where(bad, 0.0, w2)
+            s = np.einsum("ij->i", w2)
+        # Clean blocks are read in their own dtype (cheaper, same result).
+        base = src if nf_rows is None else w2
+        has_zeros = not base.min() > 0  # also true for negative weights
+        if has_zeros:
+            zeros = np.add.reduce(base == 0, axis=1, dtype=np.int64)
+            is_live = zeros < keys
+            if nf_rows is not None:
+                zeros -= nf_rows
+        else:
+            zeros = np.zeros(n, np.int64)
+            is_live = np.ones(n, bool)
+        am = base.argmax(axis=1)
+        mx = w2[np.arange(n), am]
+
+        # Entropy: -sum A ln max(A, tiny); a zero weight contributes 0 * finite = 0.
+        if log_buf is None or log_buf.shape[0] < n:
+            log_buf = np.empty((n, keys), log_dtype)
+            log64 = np.empty((n, keys), np.float64) if log_dtype != np.float64 else log_buf
+        assert log64 is not None
+        lg = log_buf[:n]
+        lg_src = base if base.dtype.itemsize <= log_dtype.itemsize else w2
+        if has_zeros:
+            np.maximum(lg_src, tiny, out=lg, dtype=log_dtype)
+            np.log(lg, out=lg)
+        else:
+            np.log(lg_src, out=lg, dtype=log_dtype)
+        if lg.dtype != np.float64:
+            np.copyto(log64[:n], lg)
+        h = np.einsum("ij,ij->i", w2, log64[:n])
+        np.negative(h, out=h)
+
+        out = (gs, ls)
+        row_sum[out] = s.reshape(k, m)
+        entropy[out] = h.reshape(k, m)
+        max_weight[out] = mx.reshape(k, m)
+        argmax[out] = np.where(is_live, am, -1).reshape(k, m)
+        zero_count[out] = zeros.reshape(k, m)
+        live[out] = is_live.reshape(k, m)
+        if distance is not None and positions is not None:
+            if dist_rows != ls:
+                dist_block = np.abs(positions[ls, None] - key_pos[None, :])
+                dist_rows = ls
+            distance[out] = np.einsum("kls,ls->kl", w2.reshape(k, m, keys), dist_block)
+    return _RowStats(row_sum, entropy, max_weight, argmax, zero_count, live, distance, non_finite)
+
+
+def _finite(x: np.ndarray) -> np.ndarray:
+    """Clamp to finite float64 in place (NaN -> 0, +-inf -> +-max)."""
+    return np.nan_to_num(x, copy=False, nan=0.0, posinf=_F64_MAX, neginf=-_F64_MAX)
+
+
+def _finite_scalar(x: float) -> float:
+    """Clamp one float to a finite value (NaN -> 0, +-inf -> +-max)."""
+    if math.isnan(x):
+        return 0.0
+    return max(-_F64_MAX, min(_F64_MAX, x))
+
+
+def _count_non_finite(x: np.ndarray) -> int:
+    """Count NaN and +-inf entries of ``x`` without a full-size temporary."""
+    if not np.issubdtype(x.dtype, np.inexact):
+        return 0
+    flat = x.reshape(-1)
+    bad = 0
+    for i in range(0, flat.size, _BLOCK_ELEMENTS):
+        block = flat[i : i + _BLOCK_ELEMENTS]
+        bad += block.size - int(np.count_nonzero(np.isfinite(block)))
+    return bad
+
+
+# --------------------------------------------------------------------------
+# Score statistics
+# --------------------------------------------------------------------------
+
+
+def _moments(flat: np.ndarray, scale: float) -> tuple[int, float, float, float, float]:
+    """Count, min, max, mean and population variance of the finite entries.
+
+    Blocks are merged with Chan's parallel update; values are multiplied by
+    ``scale`` (a power of two, so exactly) before the mean and variance.
+    """
+    n = 0
+    lo, hi = math.inf, -math.inf
+    mean = 0.0
+    m2 = 0.0
+    for i in range(0, flat.size, _BLOCK_ELEMENTS):
+        x = flat[i : i + _BLOCK_ELEMENTS]
+        fin = np.isfinite(x)
+        v = x.astype(np.float64) if fin.all() else x[fin].astype(np.float64)
+        nb = v.size
+        if nb == 0:
+            continue
+        lo = min(lo, float(v.min()))
+        hi = max(hi, float(v.max()))
+        if scale != 1.0:
+            v *= scale
+        mb = float(v.mean())
+        v -= mb
+        m2b = float(np.einsum("i,i->", v, v))
+        total = n + nb
+        delta = mb - mean
+        mean += delta * nb / total
+        m2 += m2b + delta * delta * (n * nb / total)
+        n = total
+    var = m2 / n if n else 0.0
+    return n, lo, hi, mean, var
+
+
+def _score_stats(scores: np.ndarray) -> dict[str, Any] | None:
+    """``min``/``max``/``mean``/``std`` (population) and ``count`` of the finite scores."""
+    flat = scores.reshape(-1)
+    if flat.size == 0 or not np.issubdtype(flat.dtype, np.number):
+        return None
+    n, lo, hi, mean, var = _moments(flat, 1.0)
+    if n == 0:
+        return None
+    if not (math.isfinite(mean) and math.isfinite(var)):
+        # Only for float64 scores beyond ~1e154: redo with an exact power-of-two
+        # scale that brings every value into [-1, 1].
+        exponent = math.frexp(max(abs(lo), abs(hi)))[1]
+        n, lo, hi, mean, var = _moments(flat, math.ldexp(1.0, -exponent))
+        mean = math.ldexp(mean, exponent)
+        std = math.ldexp(math.sqrt(max(var, 0.0)), exponent) if var > 0 else 0.0
+    else:
+        std = math.sqrt(max(var, 0.0))
+    return {
+        "min": _finite_scalar(lo),
+        "max": _finite_scalar(hi),
+        "mean": _finite_scalar(mean),
+        "std": _finite_scalar(std),
+        "count": int(n),
+    }
+
+
+# --------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------
+
+
+def attention_diagnostics(
+    weights: np.ndarray,
+    valid_keys: np.ndarray,
+    *,
+    scores: np.ndarray | None = None,
+    output: np.ndarray | None = None,
+    causal: str | None = None,
+    thresholds: DiagnosticThresholds = DiagnosticThresholds(),
+) -> dict[str, Any]:
+    """Diagnostics of attention weights ``(B, Hq, L, S)``; see the module docstring.
+
+    ``valid_keys`` (broadcastable to ``(B, Hq, L)``) is the number of keys each
+    row may attend; ``scores`` (same shape as ``weights``, masked = -inf) feeds
+    ``score_stats``; ``output`` is only checked for non-finite values;
+    ``causal`` (None, ``"top_left"``, ``"bottom_right"``) sets the query
+    positions of ``attention_distance``.
+
+    Per-row arrays, shape ``(B, Hq, L)``: ``entropy``, ``normalized_entropy``,
+    ``max_weight``, ``effective_support``, ``attention_distance`` (float64),
+    ``argmax``, ``zeros`` (int64). Scalars: ``fully_masked_rows``,
+    ``saturated_rows`` (informative rows with max weight > 1 - margin),
+    ``non_finite`` (weights, plus output if given) (int),
+    ``row_sum_max_error`` (max ``|sum A - 1|`` over live rows, 0.0 if none),
+    ``score_stats`` (``min``, ``max``, ``mean``, population ``std`` (float) and
+    ``count`` (int) of the finite scores; None without scores or finite ones).
+
+    ``heads``: one dict per (batch, head), C order: ``batch``, ``head``,
+    ``mean_entropy`` and ``mean_distance`` (over live rows),
+    ``mean_normalized_entropy`` (over informative rows), ``collapsed``,
+    ``uniform`` (bool), ``live_rows``, ``informative_rows`` (int) and
+    ``collapsed_fraction`` (float). Means over no rows are 0.0 and a head with
+    no informative row is neither collapsed nor uniform.
+    """
+    w = np.asarray(weights)
+    if w.ndim != 4:
+        raise ValueError(f"weights must be 4-D (B, Hq, L, S), got shape {w.shape}")
+    if not np.issubdtype(w.dtype, np.floating):
+        raise ValueError(f"weights must be floating point, got {w.dtype}")
+    batch, heads, rows, keys = w.shape
+    try:
+        nv = np.broadcast_to(np.asarray(valid_keys), (batch, heads, rows))
+    except ValueError as exc:
+        raise ValueError(
+            f"valid_keys of shape {np.shape(valid_keys)} does not broadcast to {(batch, heads, rows)}"
+        ) from exc
+    nv = np.clip(nv.astype(np.int64), 0, keys)
+    if scores is not None and np.shape(scores) != w.shape:
+        raise ValueError(f"scores shape {np.shape(scores)} differs from weights shape {w.shape}")
+    if causal not in _CAUSAL:
+        raise ValueError(f"causal must be None, 'top_left' or 'bottom_right', got {causal!r}")
+
+    offset = keys - rows if causal == "bottom_right" else 0
+    positions = np.arange(rows, dtype=np.float64) + offset
+    st = _row_stats(w.reshape(batch * heads, rows, keys), positions)
+    shape = (batch, heads, rows)
+    live = st.live.reshape(shape)
+    entropy = np.where(live, np.maximum(_finite(st.entropy.reshape(shape)), 0.0), 0.0)
+    max_weight = _finite(st.max_weight.reshape(shape))
+    argmax = st.argmax.reshape(shape)
+    distance = _finite(st.distance.reshape(shape)) if st.distance is not None else np.zeros(shape)
+    informative = live & (nv >= 2)
+
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        log_n = np.log(np.maximum(nv, 2).astype(np.float64))
+        normalized = np.where(informative, entropy / log_n, 0.0)
+        support = np.where(live, _finite(np.exp(entropy)), 0.0)
+    zeros = np.clip(st.zero_count.reshape(shape) - (keys - nv), 0, nv)
+
+    row_err = np.abs(st.row_sum.reshape(shape) - 1.0)
+    row_sum_max_error = _finite_scalar(float(row_err[live].max())) if live.any() else 0.0
+    saturated = informative & (max_weight > 1.0 - thresholds.saturation_margin)
+    non_finite = st.non_finite
+    if output is not None:
+        non_finite += _count_non_finite(np.asarray(output))
+
+    head_list = _heads(entropy, normalized, distance, max_weight, live, informative, thresholds)
+    return {
+        "entropy": entropy,
+        "normalized_entropy": normalized,
+        "max_weight": max_weight,
+        "argmax": argmax,
+        "effective_support": support,
+        "zeros": zeros,
+        "attention_distance": distance,
+        "heads": head_list,
+        "fully_masked_rows": int(live.size - np.count_nonzero(live)),
+        "row_sum_max_error": row_sum_max_error,
+        "non_finite": int(non_finite),
+        "saturated_rows": int(np.count_nonzero(saturated)),
+        "score_stats": _score_stats(np.asarray(scores)) if scores is not None else None,
+    }
+
+
+def _heads(
+    entropy: np.ndarray,
+    normalized: np.ndarray,
+    distance: np.ndarray,
+    max_weight: np.ndarray,
+    live: np.ndarray,
+    informative: np.ndarray,
+    thresholds: DiagnosticThresholds,
+) -> list[dict[str, Any]]:
+    """Per-(batch, head) summaries, C order; all-masked heads get 0 and False."""
+    n_live = np.count_nonzero(live, axis=-1)
+    n_info = np.count_nonzero(informative, axis=-1)
+    live_div = np.maximum(n_live, 1)
+    info_div = np.maximum(n_info, 1)
+    mean_entropy = _finite(np.where(live, entropy, 0.0).sum(axis=-1) / live_div)
+    mean_distance = _finite(np.where(live, distance, 0.0).sum(axis=-1) / live_div)
+    mean_normalized = _finite(np.where(informative, normalized, 0.0).sum(axis=-1) / info_div)
+    n_collapsed = np.count_nonzero(informative & (max_weight >= thresholds.collapsed_max_weight), axis=-1)
+    fraction = n_collapsed / info_div
+    collapsed = (n_info > 0) & (fraction > thresholds.collapsed_row_fraction)
+    uniform = (n_info > 0) & (mean_normalized >= thresholds.uniform_normalized_entropy)
+
+    result: list[dict[str, Any]] = []
+    batch, heads = live.shape[:2]
+    for b in range(batch):
+        for h in range(heads):
+            result.append(
+                {
+                    "batch": b,
+                    "head": h,
+                    "mean_entropy": float(mean_entropy[b, h]),
+                    "mean_normalized_entropy": float(mean_normalized[b, h]),
+                    "mean_distance": float(mean_distance[b, h]),
+                    "collapsed": bool(collapsed[b, h]),
+                    "uniform": bool(uniform[b, h]),
+                    "live_rows": int(n_live[b, h]),
+                    "informative_rows": int(n_info[b, h]),
+                    "collapsed_fraction": float(fraction[b, h]),
+                }
+            )
+    return result
+
+
+def probability_diagnostics(probabilities: np.ndarray, axis: int = -1) -> dict[str, Any]:
+    """Per-row diagnostics of probabilities for /v1/softmax.
+
+    Rows are all axes but ``axis``, in their original order; each per-row array
+    has shape ``probabilities.shape`` without ``axis``. Keys: ``entropy``
+    (nats, float64), ``max`` (float64), ``argmax`` (int64, -1 for all-zero
+    rows), ``fully_masked_rows``, ``non_finite`` (int), ``row_sum_max_error``
+    (float, over rows that are not all zero). Non-finite entries count as 0.
+    """
+    p = np.asarray(probabilities)
+    if p.ndim == 0:
+        raise ValueError("probabilities must have at least one axis")
+    if not -p.ndim <= axis < p.ndim:
+        raise ValueError(f"axis {axis} is out of range for {p.ndim}-D probabilities")
+    if not np.issubdtype(p.dtype, np.floating):
+        p = p.astype(np.float64)
+    moved = np.moveaxis(p, axis, -1)
+    row_shape = moved.shape[:-1]
+    keys = moved.shape[-1]
+    n_rows = math.prod(row_shape)
+    st = _row_stats(moved.reshape(1, n_rows, keys), None)
+    live = st.live.reshape(row_shape)
+    entropy = np.where(live, np.maximum(_finite(st.entropy.reshape(row_shape)), 0.0), 0.0)
+    row_err = np.abs(st.row_sum.reshape(row_shape) - 1.0)
+    return {
+        "entropy": entropy,
+        "max": _finite(st.max_weight.reshape(row_shape)),
+        "argmax": st.argmax.reshape(row_shape),
+        "fully_masked_rows": int(live.size - np.count_nonzero(live)),
+        "non_finite": int(st.non_finite),
+        "row_sum_max_error": _finite_scalar(float(row_err[live].max())) if live.any() else 0.0,
+    }
