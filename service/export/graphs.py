@@ -1,0 +1,390 @@
+"""The attention graphs written to models/, built with ``onnx.helper``.
+
+Every graph has the same inputs, so that one session serves every value of
+the masks, key lengths, scale and temperature:
+
+============  =====================================  ==========================================
+input         shape                                  meaning
+============  =====================================  ==========================================
+query         (batch, q_heads, q_len, head_dim)      Q, rank 4 (the engine promotes ranks 2, 3)
+key           (batch, kv_heads, kv_len, head_dim)    K; q_heads % kv_heads == 0 (GQA, h -> h // G)
+value         (batch, kv_heads, kv_len, v_head_dim)  V
+keep_mask     (mask_batch, mask_heads, q_len, kv_len) bool, True = may attend; mask_batch in {1, batch},
+                                                      mask_heads in {1, q_heads}. The engine builds it
+                                                      from the boolean mask, causal (either alignment),
+                                                      key_lengths and the -inf entries of a float mask.
+bias          (bias_batch, bias_heads, bias_q_len,   additive float mask, broadcastable to
+               bias_kv_len)                           (batch, q_heads, q_len, kv_len); (1,1,1,1) zeros if none
+scale         ()                                     multiplies Q K^T
+temperature   ()                                     divides the biased scores
+alpha         ()                                     entmax graphs only: alpha > 1
+============  =====================================  ==========================================
+
+and computes semantics.md's pipeline: ``z = (scale Q K^T + bias) / T`` with
+``-inf`` where ``keep_mask`` is False (by ``Where``: selection, never a
+finite sentinel), a normalizer over the key axis, ``output = A V``. A fully
+masked row gives zero weights and a zero output inside the graph itself.
+
+Two families:
+
+- ``softmax_fused*``: the ONNX ``Attention`` operator (opset 23), which ONNX
+  Runtime runs as one kernel. Q is pre-multiplied by ``scale / T`` and the
+  operator's own ``scale`` is 1; the mask is passed as a float bias holding
+  ``-inf`` (never the boolean form, which some runtimes turn into -10000).
+  ``softmax_fused_{dtype}`` returns only the output (the weights are never
+  materialised as a graph output); ``softmax_fused_weights_{dtype}`` adds the
+  weights (``qk_matmul_output_mode = 3``).
+- primitive graphs (MatMul, Add, Where, Softmax, TopK, CumSum, ...), one per
+  normalizer and dtype, returning output, weights and the scores (the
+  normalizer's input, ``-inf`` where masked). Sessions fetch only what a
+  request needs, and these normalizers materialise the weights anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from service.export.builder import IR_VERSION, OPSET, GraphBuilder
+
+DTYPES = ("float32", "float64")
+CAUSAL_ALIGNMENTS = ["top_left", "bottom_right"]
+# Bisection steps of the general entmax graph: enough to pin tau to the dtype's precision
+# from a bracket of width <= 1 (2^-36 ~ 1.5e-11 in float32; 2^-64 ~ 5.4e-20 in float64).
+BISECT_ITERATIONS = {"float32": 36, "float64": 64}
+
+Q_SHAPE = ["batch", "q_heads", "q_len", "head_dim"]
+K_SHAPE = ["batch", "kv_heads", "kv_len", "head_dim"]
+V_SHAPE = ["batch", "kv_heads", "kv_len", "v_head_dim"]
+KEEP_SHAPE = ["mask_batch", "mask_heads", "q_len", "kv_len"]
+BIAS_SHAPE = ["bias_batch", "bias_heads", "bias_q_len", "bias_kv_len"]
+OUT_SHAPE = ["batch", "q_heads", "q_len", "v_head_dim"]
+ROW_SHAPE = ["batch", "q_heads", "q_len", "kv_len"]
+ROW_STAT_SHAPE = ["batch", "q_heads", "q_len", 1]
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """One exported graph: its file stem, how to build it and what it supports."""
+
+    name: str
+    dtype: str
+    normalizer: str  # softmax | sparsemax | entmax15 | entmax | relu
+    fused: bool
+    outputs: tuple[str, ...]
+    build: Callable[[GraphBuilder], None] = field(repr=False, compare=False)
+    description: str = ""
+
+    @property
+    def file(self) -> str:
+        return f"{self.name}.onnx"
+
+    def supports(self) -> dict[str, Any]:
+        """What the manifest says this graph serves (read by the engine to pick a graph)."""
+        if self.normalizer == "entmax":
+            alpha: Any = "any alpha > 1 (input 'alpha')"
+        elif self.normalizer == "sparsemax":
+            alpha = 2.0
+        elif self.normalizer == "entmax15":
+            alpha = 1.5
+        else:
+            alpha = None
+        return {
+            "normalizer": self.normalizer,
+            "entmax_alpha": alpha,
+            "dtype": self.dtype,
+            "outputs": list(self.outputs),
+            "weights": "weights" in self.outputs,
+            "scores": "scores" in self.outputs,
+            "fused_attention_op": self.fused,
+            "causal": list(CAUSAL_ALIGNMENTS),
+            "masks": ["bool", "float", "none"],
+            "key_lengths": True,
+            "gqa": True,
+            "scale_input": True,
+            "temperature_input": True,
+            "fully_masked_rows": "zero output and weights",
+        }
+
+    def model(self) -> onnx.ModelProto:
+        g = GraphBuilder(self.name, self.dtype)
+        self.build(g)
+        return g.model(self.description)
+
+
+# ---------------------------------------------------------------------- common pieces
+
+
+@dataclass
+class _Inputs:
+    query: str
+    key: str
+    value: str
+    keep: str
+    bias: str
+    scale: str
+    temperature: str
+
+
+def _declare_inputs(g: GraphBuilder, *, alpha: bool = False) -> _Inputs:
+    ins = _Inputs(
+        query=g.input("query", None, Q_SHAPE, "Q (batch, q_heads, q_len, head_dim)"),
+        key=g.input("key", None, K_SHAPE, "K (batch, kv_heads, kv_len, head_dim); q_heads % kv_heads == 0"),
+        value=g.input("value", None, V_SHAPE, "V (batch, kv_heads, kv_len, v_head_dim)"),
+        keep=g.input("keep_mask", TensorProto.BOOL, KEEP_SHAPE, "True = may attend; last two dims exactly (q_len, kv_len)"),
+        bias=g.input("bias", None, BIAS_SHAPE, "additive float mask, broadcastable to (batch, q_heads, q_len, kv_len)"),
+        scale=g.input("scale", None, [], "multiplies Q K^T (1/sqrt(head_dim) by convention)"),
+        temperature=g.input("temperature", None, [], "divides the biased scores; > 0"),
+    )
+    if alpha:
+        g.input("alpha", None, [], "entmax alpha > 1")
+    return ins
+
+
+def _scaled_query_and_mask_bias(g: GraphBuilder, ins: _Inputs) -> tuple[str, str]:
+    """``Q * (scale / T)`` and the rank-4 float mask ``Where(keep, bias / T, -inf)``.
+
+    Scaling Q (q_len x head_dim) instead of the scores (q_len x kv_len) is cheaper;
+    the mask bias has the keep mask's (small) shape and ends in (q_len, kv_len).
+    """
+    factor = g.op("Div", ins.scale, ins.temperature, out="q_factor")
+    q = g.op("Mul", ins.query, factor, out="query_scaled")
+    bias_t = g.op("Div", ins.bias, ins.temperature, out="bias_over_t")
+    mask_bias = g.op("Where", ins.keep, bias_t, g.const(-np.inf), out="mask_bias")
+    return q, mask_bias
+
+
+def _row_has_key(g: GraphBuilder, mask_bias: str) -> str:
+    """Bool (mask_batch, mask_heads, q_len, 1): does the row keep at least one key?"""
+    row_max = g.op("ReduceMax", mask_bias, g.const([-1], np.int64), keepdims=1, out="mask_row_max")
+    return g.op("Greater", row_max, g.const(-np.inf), out="row_has_key")
+
+
+def _shape(g: GraphBuilder, x: str, start: int, end: int | None = None) -> str:
+    if end is None:
+        return g.op("Shape", x, start=start)
+    return g.op("Shape", x, start=start, end=end)
+
+
+# ---------------------------------------------------------------------- fused softmax
+
+
+def _build_fused(g: GraphBuilder, *, weights: bool) -> None:
+    ins = _declare_inputs(g)
+    q, mask_bias = _scaled_query_and_mask_bias(g, ins)
+    has_key = _row_has_key(g, mask_bias)
+    if weights:
+        y_raw, _, _, w_raw = g.op(
+            "Attention", q, ins.key, ins.value, mask_bias,
+            out=["attention_y", "", "", "attention_w"], scale=1.0, qk_matmul_output_mode=3,
+        )
+    else:
+        y_raw = g.op("Attention", q, ins.key, ins.value, mask_bias, out="attention_y", scale=1.0)
+    # The Attention spec zeroes fully masked rows, but runtimes have used finite sentinels
+    # (the row becomes the mean of V): select zeros explicitly. Cost: one pass over the output.
+    g.op("Where", has_key, y_raw, g.const(0.0), out="output")
+    g.output("output", OUT_SHAPE, "A V, zero for fully masked rows")
+    if weights:
+        w = g.op("Where", has_key, w_raw, g.const(0.0))
+        # onnx's shape inference gives qk_matmul_output a last dim of 0 without past_key;
+        # reshaping to the runtime shape keeps the declared (symbolic) output shape honest.
+        w_shape = g.op("Concat", _shape(g, ins.query, 0, 3), _shape(g, ins.key, 2, 3), axis=0)
+        g.op("Reshape", w, w_shape, out="weights")
+        g.output("weights", ROW_SHAPE, "attention weights (softmax), zero where masked")
+
+
+# ---------------------------------------------------------------------- primitive graphs
+
+
+def _normalize_softmax(g: GraphBuilder, z: str, has_key: str) -> str:
+    p = g.op("Softmax", z, axis=-1)
+    return g.op("Where", has_key, p, g.const(0.0))
+
+
+def _shifted(g: GraphBuilder, z: str) -> str:
+    """``z - rowmax`` over the finite entries; a fully masked row stays all -inf (never NaN)."""
+    m = g.op("ReduceMax", z, g.const([-1], np.int64), keepdims=1)
+    m_safe = g.op("Max", m, g.const(np.finfo(g.np_dtype).min))
+    return g.op("Sub", z, m_safe)
+
+
+def _sorted_candidates(g: GraphBuilder, x: str) -> tuple[str, str, str]:
+    """``x`` (row max 0) sorted descending; entries <= -1 can never be in the support
+    (tau >= -1 for sparsemax, entmax15 and alpha-entmax) and are replaced by 0 and flagged.
+
+    Returns (sorted values with non-candidates 0, candidate flags, k = 1..n as dtype).
+    """
+    n = _shape(g, x, 3, 4)
+    srt = g.op("TopK", x, n, axis=-1, largest=1, sorted=1, n_out=2)[0]
+    cand = g.op("Greater", srt, g.const(-1.0))
+    srt0 = g.op("Where", cand, srt, g.const(0.0))
+    n_scalar = g.op("Squeeze", n, g.const([0], np.int64))
+    k_int = g.op("Range", g.const(1, np.int64), g.op("Add", n_scalar, g.const(1, np.int64)), g.const(1, np.int64))
+    k = g.op("Cast", k_int, to=g.onnx_dtype)
+    return srt0, cand, k
+
+
+def _gather_at_support(g: GraphBuilder, values: str, support: str) -> tuple[str, str]:
+    """(values at index K-1, max(K, 1)) with K the support size of each row."""
+    size = g.op("ReduceSum", g.op("Cast", support, to=g.onnx_dtype), g.const([-1], np.int64), keepdims=1)
+    size1 = g.op("Max", size, g.const(1.0))
+    idx = g.op("Cast", g.op("Sub", size1, g.const(1.0)), to=TensorProto.INT64)
+    return g.op("GatherElements", values, idx, axis=-1), size1
+
+
+def _normalize_sparsemax(g: GraphBuilder, z: str, has_key: str) -> str:
+    x = _shifted(g, z)
+    srt0, cand, k = _sorted_candidates(g, x)
+    c = g.op("Sub", g.op("CumSum", srt0, g.const(-1, np.int64)), g.const(1.0))
+    support = g.op("And", g.op("Greater", g.op("Mul", k, srt0), c), cand)
+    c_k, size1 = _gather_at_support(g, c, support)
+    tau = g.op("Div", c_k, size1)
+    return g.op("Relu", g.op("Sub", x, tau))
+
+
+def _normalize_entmax15(g: GraphBuilder, z: str, has_key: str) -> str:
+    x = g.op("Mul", _shifted(g, z), g.const(0.5))
+    srt0, cand, k = _sorted_candidates(g, x)
+    axis = g.const(-1, np.int64)
+    mean = g.op("Div", g.op("CumSum", srt0, axis), k)
+    meansq = g.op("Div", g.op("CumSum", g.op("Mul", srt0, srt0), axis), k)
+    # delta_k = (1 - ss_k) / k = 1/k - (meansq_k - mean_k^2)
+    delta = g.op("Sub", g.op("Reciprocal", k), g.op("Sub", meansq, g.op("Mul", mean, mean)))
+    tau = g.op("Sub", mean, g.op("Sqrt", g.op("Relu", delta)))
+    support = g.op("And", g.op("LessOrEqual", tau, srt0), cand)
+    tau_star, _ = _gather_at_support(g, tau, support)
+    r = g.op("Relu", g.op("Sub", x, tau_star))
+    return g.op("Mul", r, r)
+
+
+def _safe_normalize(g: GraphBuilder, p: str) -> str:
+    """``p / sum(p)`` over the keys; rows summing to 0 stay 0 (0/1, not 0/0)."""
+    s = g.op("ReduceSum", p, g.const([-1], np.int64), keepdims=1)
+    s_safe = g.op("Where", g.op("Greater", s, g.const(0.0)), s, g.const(1.0))
+    return g.op("Div", p, s_safe)
+
+
+def _normalize_relu(g: GraphBuilder, z: str, has_key: str) -> str:
+    # Not shift invariant: no max subtraction. Masked entries are -inf -> relu 0.
+    return _safe_normalize(g, g.op("Relu", z))
+
+
+def _normalize_entmax_bisect(g: GraphBuilder, z: str, has_key: str) -> str:
+    """alpha-entmax by bisection on tau, as the entmax package's ``entmax_bisect``.
+
+    ``x = (alpha-1)(z - max)``; tau in ``[-1, -(1/n)^(alpha-1)]`` with n the number of
+    candidates ``x > -1``; a fixed number of halvings (a ``Loop``), then
+    ``p = max(x - tau_lo, 0)^(1/(alpha-1))`` renormalised to sum 1.
+    """
+    am1 = g.op("Sub", "alpha", g.const(1.0), out="alpha_minus_1")
+    inv = g.op("Reciprocal", am1, out="inv_alpha_minus_1")
+    x = g.op("Mul", _shifted(g, z), am1, out="entmax_x")
+    axes = g.const([-1], np.int64)
+    n_cand = g.op("ReduceSum", g.op("Cast", g.op("Greater", x, g.const(-1.0)), to=g.onnx_dtype), axes, keepdims=1)
+    n1 = g.op("Max", n_cand, g.const(1.0))
+    tau_lo0 = g.op("Expand", g.const(-1.0), g.op("Shape", n1), out="tau_lo_init")
+    tau_hi = g.op("Neg", g.op("Pow", n1, g.op("Neg", am1)))
+    dm0 = g.op("Sub", tau_hi, tau_lo0, out="dm_init")
+
+    # Loop body: (iter, cond, tau_lo, dm) -> (cond, tau_lo', dm'); x and inv come from the outer scope.
+    b = GraphBuilder(f"{g.name}_bisect", g.dtype)
+    b._count = 1000  # body node names stay distinct from the outer graph's
+    b.input("iter", TensorProto.INT64, [])
+    b.input("cond_in", TensorProto.BOOL, [])
+    b.input("tau_lo_in", None, ROW_STAT_SHAPE)
+    b.input("dm_in", None, ROW_STAT_SHAPE)
+    dm = b.op("Mul", "dm_in", b.const(0.5), out="dm_out")
+    tau_m = b.op("Add", "tau_lo_in", dm)
+    pm = b.op("Pow", b.op("Relu", b.op("Sub", x, tau_m)), inv)
+    f = b.op("ReduceSum", pm, b.const([-1], np.int64), keepdims=1)
+    b.op("Where", b.op("GreaterOrEqual", f, b.const(1.0)), tau_m, "tau_lo_in", out="tau_lo_out")
+    b.op("Identity", "cond_in", out="cond_out")
+    b.output("cond_out", [], elem_type=TensorProto.BOOL)
+    b.output("tau_lo_out", ROW_STAT_SHAPE)
+    b.output("dm_out", ROW_STAT_SHAPE)
+    body = onnx.helper.make_graph(b.nodes, b.name, b.inputs, b.outputs, initializer=b.initializers)
+
+    trips = g.const(BISECT_ITERATIONS[g.dtype], np.int64)
+    tau_lo, _ = g.op("Loop", trips, g.const(True, np.bool_), tau_lo0, dm0, out=["tau_lo", "dm_final"], body=body)
+    p = g.op("Pow", g.op("Relu", g.op("Sub", x, tau_lo)), inv)
+    return _safe_normalize(g, p)
+
+
+NORMALIZER_BUILDERS: dict[str, Callable[[GraphBuilder, str, str], str]] = {
+    "softmax": _normalize_softmax,
+    "sparsemax": _normalize_sparsemax,
+    "entmax15": _normalize_entmax15,
+    "entmax": _normalize_entmax_bisect,
+    "relu": _normalize_relu,
+}
+
+
+def _build_primitive(g: GraphBuilder, *, normalizer: str) -> None:
+    ins = _declare_inputs(g, alpha=normalizer == "entmax")
+    q, mask_bias = _scaled_query_and_mask_bias(g, ins)
+    has_key = _row_has_key(g, mask_bias)
+    # Grouped-query attention without copying K/V: the G query heads of one kv head are
+    # contiguous, so (B, Hq, L, E) reshapes to (B, Hkv, G*L, E) and one MatMul serves them.
+    b_hkv = _shape(g, ins.key, 0, 2)
+    s_dim = _shape(g, ins.key, 2, 3)
+    b_hq_l = _shape(g, ins.query, 0, 3)
+    minus1 = g.const([-1], np.int64)
+    q_grouped = g.op("Reshape", q, g.op("Concat", b_hkv, minus1, _shape(g, ins.query, 3, 4), axis=0))
+    k_t = g.op("Transpose", ins.key, perm=[0, 1, 3, 2])
+    z_grouped = g.op("MatMul", q_grouped, k_t)
+    z_raw = g.op("Reshape", z_grouped, g.op("Concat", b_hq_l, s_dim, axis=0))
+    g.op("Add", z_raw, mask_bias, out="scores")
+    p = NORMALIZER_BUILDERS[normalizer](g, "scores", has_key)
+    g.op("Identity", p, out="weights")
+    p_grouped = g.op("Reshape", "weights", g.op("Concat", b_hkv, minus1, s_dim, axis=0))
+    y_grouped = g.op("MatMul", p_grouped, ins.value)
+    g.op("Reshape", y_grouped, g.op("Concat", b_hq_l, _shape(g, ins.value, 3, 4), axis=0), out="output")
+    g.output("output", OUT_SHAPE, "A V, zero for fully masked rows")
+    g.output("weights", ROW_SHAPE, f"attention weights ({normalizer}), exactly 0 where masked")
+    g.output("scores", ROW_SHAPE, "normalizer input (scale Q K^T + bias) / T, -inf where masked")
+
+
+# ---------------------------------------------------------------------- the registry
+
+
+def _specs() -> list[GraphSpec]:
+    specs: list[GraphSpec] = []
+    for dtype in DTYPES:
+        specs.append(GraphSpec(
+            name=f"softmax_fused_{dtype_tag(dtype)}", dtype=dtype, normalizer="softmax", fused=True,
+            outputs=("output",), build=lambda g: _build_fused(g, weights=False),
+            description=f"Softmax attention on the ONNX Attention operator (opset {OPSET}), {dtype}, output only.",
+        ))
+        specs.append(GraphSpec(
+            name=f"softmax_fused_weights_{dtype_tag(dtype)}", dtype=dtype, normalizer="softmax", fused=True,
+            outputs=("output", "weights"), build=lambda g: _build_fused(g, weights=True),
+            description=f"Softmax attention on the ONNX Attention operator (opset {OPSET}), {dtype}, output and weights.",
+        ))
+    for normalizer in ("softmax", "sparsemax", "entmax15", "entmax", "relu"):
+        for dtype in DTYPES:
+            specs.append(GraphSpec(
+                name=f"{normalizer}_{dtype_tag(dtype)}", dtype=dtype, normalizer=normalizer, fused=False,
+                outputs=("output", "weights", "scores"),
+                build=lambda g, n=normalizer: _build_primitive(g, normalizer=n),
+                description=(
+                    f"{normalizer} attention from primitive ONNX operators, {dtype}: output, weights and scores"
+                    + (f"; alpha is an input, {BISECT_ITERATIONS[dtype]} bisection steps" if normalizer == "entmax" else "")
+                    + "."
+                ),
+            ))
+    return specs
+
+
+def dtype_tag(dtype: str) -> str:
+    """``float32`` -> ``f32``."""
+    return {"float32": "f32", "float64": "f64"}[dtype]
+
+
+GRAPHS: tuple[GraphSpec, ...] = tuple(_specs())
+
+__all__ = ["BISECT_ITERATIONS", "GRAPHS", "GraphSpec", "IR_VERSION", "OPSET", "dtype_tag"]
