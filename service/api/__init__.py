@@ -1,0 +1,1 @@
+"""HTTP layer: routes, request/response schemas, wire codecs and error mapping."""

@@ -1,0 +1,51 @@
+"""Operational endpoints: liveness, readiness, engines and models."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from service import __version__
+from service.api.wire import json_response
+from service.runtime import Runtime
+
+router = APIRouter(tags=["operations"])
+
+
+def _runtime(request: Request) -> Runtime:
+    return request.app.state.runtime
+
+
+@router.get("/healthz", summary="Liveness: the process answers")
+async def healthz(request: Request) -> Response:
+    runtime = _runtime(request)
+    return json_response({"status": "ok", "version": __version__, "uptime_s": round(time.time() - runtime.started_at, 3)})
+
+
+@router.get(
+    "/readyz",
+    summary="Readiness: every engine loaded and warmed up (503 until then)",
+    responses={503: {"description": "Not ready; the body says which engine and why"}},
+)
+async def readyz(request: Request) -> Response:
+    ready, details = _runtime(request).readiness()
+    details["status"] = "ready" if ready else "not ready"
+    return json_response(details, status_code=200 if ready else 503, headers=None if ready else {"Retry-After": "5"})
+
+
+@router.get("/v1/engines", summary="Engines, ONNX Runtime providers and versions")
+async def engines(request: Request) -> Response:
+    runtime = _runtime(request)
+    return json_response({"engines": [engine.describe() for engine in runtime.engines.values()]})
+
+
+@router.get("/v1/models", summary="The exported ONNX graphs in models/ and their verified hashes")
+async def models(request: Request) -> Response:
+    runtime = _runtime(request)
+    onnx = runtime.engines.get("onnx")
+    describe_models = getattr(onnx, "models", None)
+    if describe_models is None:
+        return json_response({"models": [], "detail": "the ONNX engine is disabled"})
+    return json_response(describe_models())

@@ -1,0 +1,219 @@
+"""Pydantic models of the /v1 requests and responses (field names fixed by api.md).
+
+Tensor fields are typed :data:`TensorField`: pydantic passes them through
+untouched (walking a large nested list per element would be slow) and
+:mod:`service.api.codecs` decodes them straight into numpy; the JSON schema
+still documents the three wire forms for OpenAPI.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, WithJsonSchema
+
+TENSOR_JSON_SCHEMA: dict[str, Any] = {
+    "title": "Tensor",
+    "description": (
+        "A tensor in one of three wire forms: a nested JSON array (rectangular, rank as the field requires); "
+        "{shape, dtype, data} with flat C-order data; or {shape, dtype, b64} with the base64 of the "
+        "little-endian C-order bytes. Values must be finite."
+    ),
+    "anyOf": [
+        {"type": "array", "minItems": 1, "items": {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "array"}]}},
+        {
+            "type": "object",
+            "required": ["shape", "dtype", "data"],
+            "additionalProperties": False,
+            "properties": {
+                "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+                "dtype": {"type": "string", "enum": ["float32", "float64", "float16", "bool"]},
+                "data": {"type": "array", "items": {"anyOf": [{"type": "number"}, {"type": "boolean"}]}},
+            },
+        },
+        {
+            "type": "object",
+            "required": ["shape", "dtype", "b64"],
+            "additionalProperties": False,
+            "properties": {
+                "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+                "dtype": {"type": "string", "enum": ["float32", "float64", "float16", "bool"]},
+                "b64": {"type": "string", "contentEncoding": "base64"},
+            },
+        },
+    ],
+}
+
+OUT_TENSOR_JSON_SCHEMA: dict[str, Any] = {
+    "title": "OutputTensor",
+    "description": (
+        "A nested JSON array (default) or, with encoding 'base64', {shape, dtype, b64}. "
+        "Masked scores (-inf) are written as null in JSON arrays."
+    ),
+    "anyOf": [
+        {"type": "array"},
+        {
+            "type": "object",
+            "required": ["shape", "dtype", "b64"],
+            "properties": {
+                "shape": {"type": "array", "items": {"type": "integer"}},
+                "dtype": {"type": "string"},
+                "b64": {"type": "string"},
+            },
+        },
+    ],
+}
+
+TensorField = Annotated[Any, WithJsonSchema(TENSOR_JSON_SCHEMA)]
+OutTensor = Annotated[Any, WithJsonSchema(OUT_TENSOR_JSON_SCHEMA)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NormalizerName = Literal["softmax", "sparsemax", "entmax15", "entmax", "relu"]
+ReturnName = Literal["output", "weights", "scores", "diagnostics"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AttentionRequest(_Strict):
+    """Body of ``POST /v1/attention``."""
+
+    query: TensorField = Field(description="(B, Hq, L, E), (H, L, E) or (L, E).")
+    key: TensorField = Field(description="(B, Hkv, S, E) with Hq % Hkv == 0; same rank as query.")
+    value: TensorField = Field(description="(B, Hkv, S, Ev); same rank as query.")
+    mask: TensorField | None = Field(
+        None,
+        description=(
+            "Boolean (true = may attend) or float (added to the scores, -inf allowed in the b64 form), "
+            "broadcastable to (B, Hq, L, S). A float mask is divided by the temperature with the scores."
+        ),
+    )
+    causal: StrictBool | Literal["top_left", "bottom_right"] = Field(
+        False, description="true means 'top_left' (PyTorch is_causal); 'bottom_right' aligns the last query with the last key."
+    )
+    key_lengths: list[Annotated[StrictInt, Field(ge=0)]] | None = Field(
+        None, description="One length per batch: key j of batch b is valid iff j < key_lengths[b]."
+    )
+    scale: PositiveFloat | None = Field(None, description="Default 1/sqrt(E).")
+    temperature: PositiveFloat = Field(1.0, description="Divides the masked scores before the normalizer.")
+    normalizer: NormalizerName = "softmax"
+    alpha: Annotated[float, Field(gt=1, allow_inf_nan=False)] | None = Field(
+        None, description="Required for normalizer 'entmax' (alpha > 1; 2 is sparsemax, 1.5 is entmax15)."
+    )
+    engine: Literal["auto", "numpy", "onnx"] = "auto"
+    precision: Literal["float32", "float64"] = "float32"
+    return_: list[ReturnName] = Field(
+        default_factory=lambda: ["output", "weights", "diagnostics"], alias="return", max_length=4
+    )
+    encoding: Literal["json", "base64"] = "json"
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @property
+    def causal_alignment(self) -> Literal["top_left", "bottom_right"] | None:
+        if self.causal is True:
+            return "top_left"
+        if self.causal is False:
+            return None
+        return self.causal
+
+
+class SoftmaxRequest(_Strict):
+    """Body of ``POST /v1/softmax``."""
+
+    logits: TensorField = Field(description="Any rank 1 to 4.")
+    axis: StrictInt = Field(-1, description="The axis normalized over.")
+    temperature: PositiveFloat = 1.0
+    normalizer: NormalizerName = "softmax"
+    alpha: Annotated[float, Field(gt=1, allow_inf_nan=False)] | None = None
+    log: StrictBool = Field(False, description="Also return log-probabilities (softmax only).")
+    mask: TensorField | None = Field(
+        None, description="Boolean (true = keep) or float (added to the logits), broadcastable to the logits."
+    )
+    precision: Literal["float32", "float64"] = "float32"
+    encoding: Literal["json", "base64"] = "json"
+
+
+class EngineInfo(BaseModel):
+    """Which engine ran the request, on which provider, and why."""
+
+    name: Literal["numpy", "onnx"]
+    provider: str
+    reason: str
+
+
+class HeadDiagnostics(BaseModel):
+    batch: int
+    head: int
+    mean_entropy: float
+    mean_normalized_entropy: float
+    mean_distance: float
+    collapsed: bool
+    uniform: bool
+
+
+class ScoreStats(BaseModel):
+    min: float
+    max: float
+    mean: float
+    std: float
+
+
+class AttentionDiagnostics(BaseModel):
+    """Per-row arrays have the query's shape without its last axis."""
+
+    model_config = ConfigDict(extra="allow")
+
+    entropy: Any
+    normalized_entropy: Any
+    max_weight: Any
+    argmax: Any
+    effective_support: Any
+    zeros: Any
+    attention_distance: Any
+    heads: list[HeadDiagnostics]
+    fully_masked_rows: int
+    row_sum_max_error: float
+    non_finite: int
+    saturated_rows: int
+    score_stats: ScoreStats | None
+
+
+class AttentionResponse(BaseModel):
+    """Body of a successful ``POST /v1/attention``."""
+
+    output: OutTensor | None = None
+    weights: OutTensor | None = None
+    scores: OutTensor | None = None
+    diagnostics: AttentionDiagnostics | None = None
+    engine: EngineInfo
+    timing_ms: dict[str, float]
+
+
+class SoftmaxDiagnostics(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    entropy: Any
+    max: Any
+    argmax: Any
+
+
+class SoftmaxResponse(BaseModel):
+    """Body of a successful ``POST /v1/softmax``."""
+
+    probabilities: OutTensor
+    log_probabilities: OutTensor | None = None
+    diagnostics: SoftmaxDiagnostics
+    timing_ms: dict[str, float]
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[dict[str, Any]] | None = None

@@ -1,0 +1,240 @@
+"""The /v1 JSON API: attention, softmax, engines and models (api.md)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from service.api import budget, codecs
+from service.api.errors import ProblemError, pydantic_errors, summarize
+from service.api.schemas import AttentionRequest, AttentionResponse, Problem, SoftmaxRequest, SoftmaxResponse
+from service.api.wire import json_response, read_json_object
+from service.core.attention import check_dims, check_params
+from service.core.diagnostics import attention_diagnostics, probability_diagnostics
+from service.core.probabilities import normalize_logits
+from service.core.types import AttentionInputs, AttentionParams, AttentionTask
+from service.engines.dispatch import EngineNotReady, EngineUnavailable
+from service.runtime import Runtime
+
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": Problem, "content": {"application/problem+json": {}}, "description": desc}
+    for status, desc in (
+        (413, "Request too large (estimated work or response size over budget)"),
+        (422, "Invalid input; `errors` names each offending field"),
+        (503, "Engine not ready"),
+    )
+}
+
+ROW_KEYS = ("entropy", "normalized_entropy", "max_weight", "argmax", "effective_support", "zeros", "attention_distance")
+
+router = APIRouter(prefix="/v1", tags=["attention"])
+
+
+def _runtime(request: Request) -> Runtime:
+    return request.app.state.runtime
+
+
+def _validate(model: type[AttentionRequest] | type[SoftmaxRequest], obj: dict[str, Any]) -> Any:
+    try:
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        errors = pydantic_errors(exc)
+        raise ProblemError(422, summarize(errors), errors=errors) from None
+
+
+def _limits(runtime: Runtime) -> codecs.TensorLimits:
+    s = runtime.settings
+    return codecs.TensorLimits(max_rank=s.max_rank, max_dim=s.max_dim, max_elements=s.max_tensor_elements)
+
+
+def _budget(runtime: Runtime) -> budget.Budget:
+    s = runtime.settings
+    return budget.Budget(max_work_flops=s.max_work_flops, max_response_bytes=s.max_response_bytes)
+
+
+def build_attention_task(req: AttentionRequest, runtime: Runtime) -> AttentionTask:
+    """Decode and check a request's tensors, enforce the budget, and build the engine task."""
+    limits = _limits(runtime)
+    dtype = np.dtype(req.precision)
+    query = codecs.decode_tensor(req.query, "query", limits=limits)
+    key = codecs.decode_tensor(req.key, "key", limits=limits)
+    value = codecs.decode_tensor(req.value, "value", limits=limits)
+    mask = None if req.mask is None else codecs.decode_tensor(req.mask, "mask", kind="mask", limits=limits)
+    dims = check_dims(query.shape, key.shape, value.shape)
+    params = AttentionParams(
+        normalizer=req.normalizer,
+        alpha=req.alpha,
+        scale=req.scale,
+        temperature=req.temperature,
+        causal=req.causal_alignment,
+    )
+    if req.alpha is not None and req.normalizer != "entmax":
+        raise ProblemError(422, "alpha is only used with normalizer 'entmax'", errors=[{"loc": ["alpha"], "msg": "alpha needs normalizer 'entmax'"}])
+    check_params(params)
+    returned = set(req.return_)
+    flops, size = budget.attention_estimate(dims, req.normalizer, returned, req.precision, req.encoding)
+    budget.enforce(_budget(runtime), flops, size)
+    query = codecs.cast_checked(query, dtype, "query")
+    key = codecs.cast_checked(key, dtype, "key")
+    value = codecs.cast_checked(value, dtype, "value")
+    for name, arr in (("query", query), ("key", key), ("value", value)):
+        codecs.check_finite(arr, name)
+    if mask is not None and mask.dtype != bool:
+        with np.errstate(over="ignore"):
+            mask = np.asarray(mask, dtype=dtype)
+        codecs.check_finite(mask, "mask", allow_neg_inf=True)
+    key_lengths = None if req.key_lengths is None else np.asarray(req.key_lengths, dtype=np.int64)
+    return AttentionTask(
+        inputs=AttentionInputs(query=query, key=key, value=value, mask=mask, key_lengths=key_lengths),
+        params=params,
+        dtype=dtype,
+        need_weights="weights" in returned or "diagnostics" in returned,
+        need_scores="scores" in returned or "diagnostics" in returned,
+    )
+
+
+def _row_shape(task: AttentionTask) -> tuple[int, ...]:
+    return task.inputs.query.shape[:-1]
+
+
+def _compute_attention(runtime: Runtime, req: AttentionRequest) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    task = build_attention_task(req, runtime)
+    t1 = time.perf_counter()
+    try:
+        result, choice = runtime.dispatcher.run(task, req.engine)
+    except EngineUnavailable as exc:
+        raise ProblemError(422, str(exc), errors=[{"loc": ["engine"], "msg": str(exc)}]) from None
+    except EngineNotReady as exc:
+        raise ProblemError(503, str(exc), headers={"Retry-After": "5"}) from None
+    t2 = time.perf_counter()
+    returned = set(req.return_)
+    body: dict[str, Any] = {}
+    enc = req.encoding
+    if "output" in returned:
+        body["output"] = codecs.encode_tensor(result.output, enc)
+    if "weights" in returned and result.weights is not None:
+        body["weights"] = codecs.encode_tensor(result.weights, enc)
+    if "scores" in returned and result.scores is not None:
+        body["scores"] = codecs.encode_tensor(result.scores, enc)
+    t3 = time.perf_counter()
+    if "diagnostics" in returned:
+        assert result.weights is not None
+        B, Hq, L = result.valid_keys.shape
+        diag = attention_diagnostics(
+            result.weights.reshape(B, Hq, L, -1),
+            result.valid_keys,
+            scores=None if result.scores is None else result.scores.reshape(B, Hq, L, -1),
+            output=result.output,
+            causal=task.params.causal,
+            thresholds=runtime.settings.diagnostic_thresholds(),
+        )
+        rows = _row_shape(task)
+        for k in ROW_KEYS:
+            if k in diag and isinstance(diag[k], np.ndarray):
+                diag[k] = np.ascontiguousarray(diag[k].reshape(rows))
+        body["diagnostics"] = diag
+    t4 = time.perf_counter()
+    body["engine"] = {"name": choice.name, "provider": choice.provider, "reason": choice.reason}
+    body["timing_ms"] = {
+        "decode": round((t1 - t0) * 1e3, 3),
+        "compute": round((t2 - t1) * 1e3, 3),
+        "diagnostics": round((t4 - t3) * 1e3, 3),
+        "encode": round((t3 - t2) * 1e3, 3),
+        "total": round((t4 - t0) * 1e3, 3),
+    }
+    return body
+
+
+@router.post(
+    "/attention",
+    response_model=AttentionResponse,
+    responses=PROBLEM_RESPONSES,
+    summary="Compute attention",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/AttentionRequest"}}},
+        }
+    },
+)
+async def post_attention(request: Request) -> Response:
+    """Scaled dot-product attention with masks, temperature and a choice of normalizer.
+
+    Pipeline (semantics.md): `scores = scale * Q K^T`, plus the mask bias, divided by the
+    temperature, normalized over the keys, then `output = A V`. Fully masked rows give zeros.
+    """
+    runtime = _runtime(request)
+    obj = await read_json_object(request)
+    req = _validate(AttentionRequest, obj)
+    body = await run_in_threadpool(_compute_attention, runtime, req)
+    return json_response(body)
+
+
+def _compute_softmax(runtime: Runtime, req: SoftmaxRequest) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    limits = _limits(runtime)
+    logits = codecs.decode_tensor(req.logits, "logits", kind="logits", limits=limits)
+    dtype = np.dtype(req.precision)
+    logits = codecs.cast_checked(logits, dtype, "logits")
+    codecs.check_finite(logits, "logits")
+    mask = None if req.mask is None else codecs.decode_tensor(req.mask, "mask", kind="mask", limits=limits)
+    if mask is not None and mask.dtype != bool:
+        with np.errstate(over="ignore"):
+            mask = np.asarray(mask, dtype=dtype)
+        codecs.check_finite(mask, "mask", allow_neg_inf=True)
+    if req.alpha is not None and req.normalizer != "entmax":
+        raise ProblemError(422, "alpha is only used with normalizer 'entmax'", errors=[{"loc": ["alpha"], "msg": "alpha needs normalizer 'entmax'"}])
+    flops, size = budget.softmax_estimate(logits.shape, req.axis, req.normalizer, req.log, req.precision, req.encoding)
+    budget.enforce(_budget(runtime), flops, size)
+    t1 = time.perf_counter()
+    result = normalize_logits(
+        logits,
+        normalizer=req.normalizer,
+        alpha=req.alpha,
+        temperature=req.temperature,
+        mask=mask,
+        axis=req.axis,
+        with_log=req.log,
+        dtype=dtype,
+    )
+    t2 = time.perf_counter()
+    body: dict[str, Any] = {"probabilities": codecs.encode_tensor(result.probabilities, req.encoding)}
+    if result.log_probabilities is not None:
+        body["log_probabilities"] = codecs.encode_tensor(result.log_probabilities, req.encoding)
+    body["diagnostics"] = probability_diagnostics(result.probabilities, axis=req.axis)
+    t3 = time.perf_counter()
+    body["timing_ms"] = {
+        "decode": round((t1 - t0) * 1e3, 3),
+        "compute": round((t2 - t1) * 1e3, 3),
+        "diagnostics": round((t3 - t2) * 1e3, 3),
+        "total": round((t3 - t0) * 1e3, 3),
+    }
+    return body
+
+
+@router.post(
+    "/softmax",
+    response_model=SoftmaxResponse,
+    responses=PROBLEM_RESPONSES,
+    summary="Normalize logits along an axis",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SoftmaxRequest"}}},
+        }
+    },
+)
+async def post_softmax(request: Request) -> Response:
+    """Softmax (optionally with log-probabilities), sparsemax, entmax or ReLU normalization of a logits tensor."""
+    runtime = _runtime(request)
+    obj = await read_json_object(request)
+    req = _validate(SoftmaxRequest, obj)
+    body = await run_in_threadpool(_compute_softmax, runtime, req)
+    return json_response(body)

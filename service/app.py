@@ -1,0 +1,76 @@
+"""The application factory: ``create_app(settings)`` builds the app from its parts.
+
+Nothing heavy happens at import time; ONNX Runtime sessions are created and
+warmed up in a worker thread after start-up, and /readyz answers 503 until
+they are ready.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service import __version__
+from service.api import operations, v1
+from service.api.errors import install_error_handlers
+from service.engines.base import Engine
+from service.engines.dispatch import EngineDispatcher
+from service.engines.numpy_engine import NumpyEngine
+from service.runtime import Runtime
+from service.settings import Settings
+
+logger = logging.getLogger("service")
+
+DESCRIPTION = """\
+Attention computed, inspected and served over HTTP.
+
+Numerical contract: scores = scale * Q K^T, plus the mask bias (boolean masks select,
+float masks add), divided by the temperature, normalized over the keys (softmax, sparsemax,
+entmax15, alpha-entmax or ReLU), then output = A V. Fully masked rows give zero weights and
+a zero output. Errors are RFC 9457 problem+json.
+"""
+
+
+def default_engines(settings: Settings) -> dict[str, Engine]:
+    """The numpy engine, plus the ONNX engine over ``settings.models_dir`` when enabled."""
+    engines: dict[str, Engine] = {"numpy": NumpyEngine()}
+    if settings.enable_onnx:
+        from service.engines.onnx_engine import OnnxEngine  # onnxruntime is imported only when used
+
+        engines["onnx"] = OnnxEngine(
+            settings.models_dir,
+            providers=settings.onnx_providers,
+            intra_op_threads=settings.onnx_intra_op_threads,
+            graph_optimization_level=settings.onnx_graph_optimization_level,
+        )
+    return engines
+
+
+def create_app(settings: Settings | None = None, *, engines: Mapping[str, Engine] | None = None) -> FastAPI:
+    """Build the service. ``engines`` replaces the default set (tests inject their own)."""
+    settings = settings or Settings()
+    engine_map = dict(engines) if engines is not None else default_engines(settings)
+    runtime = Runtime(settings=settings, engines=engine_map, dispatcher=EngineDispatcher(engine_map))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Warm-up runs beside the server so that /healthz answers at once and
+        # /readyz says 503 until the engines are ready.
+        threading.Thread(target=runtime.start_engines, name="engine-startup", daemon=True).start()
+        yield
+
+    app = FastAPI(
+        title="Attention service",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.runtime = runtime
+    install_error_handlers(app)
+    app.include_router(operations.router)
+    app.include_router(v1.router)
+    return app
