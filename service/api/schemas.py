@@ -150,6 +150,9 @@ class HeadDiagnostics(BaseModel):
     mean_distance: float
     collapsed: bool
     uniform: bool
+    live_rows: int
+    informative_rows: int
+    collapsed_fraction: float
 
 
 class ScoreStats(BaseModel):
@@ -157,6 +160,7 @@ class ScoreStats(BaseModel):
     max: float
     mean: float
     std: float
+    count: int
 
 
 class AttentionDiagnostics(BaseModel):

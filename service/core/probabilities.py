@@ -61,7 +61,8 @@ def normalize_logits(
             if np.isnan(mask).any() or np.isposinf(mask).any():
                 raise InvalidInput("a float mask may hold finite numbers or -inf, not NaN or +inf", ("mask",))
             z += mask.astype(dtype, copy=False)
-    z /= dtype.type(temperature)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        z /= temperature  # a tiny temperature may overflow: reported just below, never as NaN
     if not np.isfinite(z[~np.isneginf(z)]).all():
         raise InvalidInput(
             f"logits / temperature overflow {dtype.name}; use precision float64 or a larger temperature", ("logits",)

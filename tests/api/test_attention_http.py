@@ -170,6 +170,10 @@ def test_malformed_bodies_are_422_not_500(client, raw: bytes) -> None:
     assert_problem(r, 422)
 
 
+def test_tiny_temperature_is_a_clear_error(client) -> None:
+    assert_problem(client.post("/v1/attention", json=small_request(temperature=1e-300)), 422, detail="float64")
+
+
 def test_budget_gives_413_before_allocating(client) -> None:
     body = {
         "query": {"shape": [1, 4096, 8], "dtype": "float32", "b64": base64.b64encode(np.zeros((1, 4096, 8), np.float32).tobytes()).decode()},

@@ -60,6 +60,7 @@ def test_axis_mask_and_base64(client) -> None:
         ({"logits": [[True, False]]}, ["logits"]),
         ({"mask": [[True, False]]}, ["mask", "shape"]),
         ({"alpha": 1.5}, ["alpha"]),
+        ({"temperature": 3.48e-273}, ["logits"]),  # 1/T overflows float32: a 422, not NaN
     ],
 )
 def test_softmax_errors(client, patch: dict, loc: list) -> None:
