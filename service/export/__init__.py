@@ -88,7 +88,7 @@ def export_models(directory: str | Path = DEFAULT_MODELS_DIR) -> dict[str, Any]:
         "producer": {"name": PRODUCER_NAME, "version": PRODUCER_VERSION},
         "opset": OPSET,
         "ir_version": IR_VERSION,
-        "entmax_bisect_iterations": dict(BISECT_ITERATIONS),
+        "entmax_bisect_iterations": BISECT_ITERATIONS,
         "graphs": entries,
     }
     _write_if_changed(out / MANIFEST_NAME, manifest_bytes(manifest))

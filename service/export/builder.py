@@ -7,7 +7,8 @@ byte (no timestamps, no random names, no dict-order surprises).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import onnx
@@ -31,8 +32,10 @@ class GraphBuilder:
     a named initializer once and returns its name.
     """
 
-    def __init__(self, name: str, dtype: str) -> None:
+    def __init__(self, name: str, dtype: str, *, prefix: str = "") -> None:
+        """``prefix`` starts every generated name (subgraphs must not shadow outer names)."""
         self.name = name
+        self.prefix = prefix
         self.dtype = dtype
         self.np_dtype = np.dtype(dtype)
         self.onnx_dtype = ONNX_DTYPES[dtype]
@@ -61,10 +64,20 @@ class GraphBuilder:
         key = f"{arr.dtype.str}|{arr.shape}|{arr.tobytes().hex()}"
         if key in self._consts:
             return self._consts[key]
-        name = f"const_{len(self._consts)}"
+        name = f"{self.prefix}const_{len(self._consts)}"
         self.initializers.append(numpy_helper.from_array(arr, name))
         self._consts[key] = name
         return name
+
+    @contextmanager
+    def computing_in(self, dtype: str) -> Iterator[None]:
+        """Within the block, ``const``, ``op`` casts and value infos use ``dtype`` instead of the graph's."""
+        saved = (self.dtype, self.np_dtype, self.onnx_dtype)
+        self.dtype, self.np_dtype, self.onnx_dtype = dtype, np.dtype(dtype), ONNX_DTYPES[dtype]
+        try:
+            yield
+        finally:
+            self.dtype, self.np_dtype, self.onnx_dtype = saved
 
     # ------------------------------------------------------------------- nodes
     def op(
@@ -79,12 +92,13 @@ class GraphBuilder:
         """Append a node; returns its single output name, or the list when ``n_out > 1`` or ``out`` is a list."""
         self._count += 1
         if out is None:
-            outs = [f"{op_type.lower()}_{self._count}" if n_out == 1 else f"{op_type.lower()}_{self._count}_{i}" for i in range(n_out)]
+            stem = f"{self.prefix}{op_type.lower()}_{self._count}"
+            outs = [stem if n_out == 1 else f"{stem}_{i}" for i in range(n_out)]
         elif isinstance(out, str):
             outs = [out]
         else:
             outs = list(out)
-        node = helper.make_node(op_type, list(inputs), outs, name=f"n{self._count}_{op_type}", domain=domain, **attrs)
+        node = helper.make_node(op_type, list(inputs), outs, name=f"{self.prefix}n{self._count}_{op_type}", domain=domain, **attrs)
         self.nodes.append(node)
         return outs[0] if isinstance(out, str) or (out is None and n_out == 1) else outs
 

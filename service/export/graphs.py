@@ -54,9 +54,9 @@ from service.export.builder import IR_VERSION, OPSET, GraphBuilder
 
 DTYPES = ("float32", "float64")
 CAUSAL_ALIGNMENTS = ["top_left", "bottom_right"]
-# Bisection steps of the general entmax graph: enough to pin tau to the dtype's precision
-# from a bracket of width <= 1 (2^-36 ~ 1.5e-11 in float32; 2^-64 ~ 5.4e-20 in float64).
-BISECT_ITERATIONS = {"float32": 36, "float64": 64}
+# Bisection steps of the general entmax graph, which computes in float64 for both dtypes
+# (as the numpy reference does): a bracket of width <= 1 shrinks to 2^-64 ~ 5.4e-20.
+BISECT_ITERATIONS = 64
 
 Q_SHAPE = ["batch", "q_heads", "q_len", "head_dim"]
 K_SHAPE = ["batch", "kv_heads", "kv_len", "head_dim"]
@@ -274,14 +274,14 @@ def _normalize_relu(g: GraphBuilder, z: str, has_key: str) -> str:
     return _safe_normalize(g, g.op("Relu", z))
 
 
-def _normalize_entmax_bisect(g: GraphBuilder, z: str, has_key: str) -> str:
+def _normalize_entmax_bisect(g: GraphBuilder, z: str, has_key: str, alpha: str = "alpha") -> str:
     """alpha-entmax by bisection on tau, as the entmax package's ``entmax_bisect``.
 
     ``x = (alpha-1)(z - max)``; tau in ``[-1, -(1/n)^(alpha-1)]`` with n the number of
     candidates ``x > -1``; a fixed number of halvings (a ``Loop``), then
     ``p = max(x - tau_lo, 0)^(1/(alpha-1))`` renormalised to sum 1.
     """
-    am1 = g.op("Sub", "alpha", g.const(1.0), out="alpha_minus_1")
+    am1 = g.op("Sub", alpha, g.const(1.0), out="alpha_minus_1")
     inv = g.op("Reciprocal", am1, out="inv_alpha_minus_1")
     x = g.op("Mul", _shifted(g, z), am1, out="entmax_x")
     axes = g.const([-1], np.int64)
@@ -292,8 +292,7 @@ def _normalize_entmax_bisect(g: GraphBuilder, z: str, has_key: str) -> str:
     dm0 = g.op("Sub", tau_hi, tau_lo0, out="dm_init")
 
     # Loop body: (iter, cond, tau_lo, dm) -> (cond, tau_lo', dm'); x and inv come from the outer scope.
-    b = GraphBuilder(f"{g.name}_bisect", g.dtype)
-    b._count = 1000  # body node names stay distinct from the outer graph's
+    b = GraphBuilder(f"{g.name}_bisect", g.dtype, prefix="bisect_")
     b.input("iter", TensorProto.INT64, [])
     b.input("cond_in", TensorProto.BOOL, [])
     b.input("tau_lo_in", None, ROW_STAT_SHAPE)
@@ -309,7 +308,7 @@ def _normalize_entmax_bisect(g: GraphBuilder, z: str, has_key: str) -> str:
     b.output("dm_out", ROW_STAT_SHAPE)
     body = onnx.helper.make_graph(b.nodes, b.name, b.inputs, b.outputs, initializer=b.initializers)
 
-    trips = g.const(BISECT_ITERATIONS[g.dtype], np.int64)
+    trips = g.const(BISECT_ITERATIONS, np.int64)
     tau_lo, _ = g.op("Loop", trips, g.const(True, np.bool_), tau_lo0, dm0, out=["tau_lo", "dm_final"], body=body)
     p = g.op("Pow", g.op("Relu", g.op("Sub", x, tau_lo)), inv)
     return _safe_normalize(g, p)
@@ -339,8 +338,17 @@ def _build_primitive(g: GraphBuilder, *, normalizer: str) -> None:
     z_grouped = g.op("MatMul", q_grouped, k_t)
     z_raw = g.op("Reshape", z_grouped, g.op("Concat", b_hq_l, s_dim, axis=0))
     g.op("Add", z_raw, mask_bias, out="scores")
-    p = NORMALIZER_BUILDERS[normalizer](g, "scores", has_key)
-    g.op("Identity", p, out="weights")
+    if normalizer == "entmax" and g.dtype == "float32":
+        # Near the support boundary p = (x - tau)^(1/(alpha-1)) amplifies float32 rounding of
+        # x - tau (for alpha = 3, 3e-8 becomes 2e-4): bisect in float64, as numpy does.
+        z64 = g.op("Cast", "scores", to=TensorProto.DOUBLE)
+        with g.computing_in("float64"):
+            alpha64 = g.op("Cast", "alpha", to=TensorProto.DOUBLE)
+            p64 = _normalize_entmax_bisect(g, z64, has_key, alpha=alpha64)
+        g.op("Cast", p64, to=TensorProto.FLOAT, out="weights")
+    else:
+        p = NORMALIZER_BUILDERS[normalizer](g, "scores", has_key)
+        g.op("Identity", p, out="weights")
     p_grouped = g.op("Reshape", "weights", g.op("Concat", b_hkv, minus1, s_dim, axis=0))
     y_grouped = g.op("MatMul", p_grouped, ins.value)
     g.op("Reshape", y_grouped, g.op("Concat", b_hq_l, _shape(g, ins.value, 3, 4), axis=0), out="output")
@@ -373,7 +381,7 @@ def _specs() -> list[GraphSpec]:
                 build=lambda g, n=normalizer: _build_primitive(g, normalizer=n),
                 description=(
                     f"{normalizer} attention from primitive ONNX operators, {dtype}: output, weights and scores"
-                    + (f"; alpha is an input, {BISECT_ITERATIONS[dtype]} bisection steps" if normalizer == "entmax" else "")
+                    + (f"; alpha is an input, {BISECT_ITERATIONS} bisection steps in float64" if normalizer == "entmax" else "")
                     + "."
                 ),
             ))

@@ -1,0 +1,433 @@
+"""The ONNX engine: the graphs of models/ run by ONNX Runtime on the best available provider.
+
+At :meth:`OnnxEngine.start` (called once from application start-up, in a worker
+thread) the engine reads ``models/manifest.json``, checks the sha256 of every
+model file, creates one :class:`onnxruntime.InferenceSession` per graph and
+warms each up; ``ready`` turns True only when all of that succeeded. A missing
+or corrupted file, or a session that fails to load, leaves the engine not ready
+with the reason in :meth:`describe` and a log line on ``service.engines.onnx``;
+the numpy engine keeps serving.
+
+Per request the engine builds the graph inputs from the task exactly as the
+numpy reference does (same validation, same keep mask from
+:func:`service.core.masks.keep_mask`), runs the one graph that serves the
+normalizer, dtype and requested outputs, and checks the contract on the way
+out: fully masked rows are zero in output and weights whatever the runtime did.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from service.core.attention import check_dims, check_params, promote_to_4d
+from service.core.errors import NumericalError
+from service.core.masks import as_4d_mask, keep_mask, valid_key_counts
+from service.core.types import AttentionResult, AttentionTask
+
+logger = logging.getLogger("service.engines.onnx")
+
+MANIFEST_NAME = "manifest.json"
+
+# Execution providers in order of preference when none are configured.
+PREFERRED_PROVIDERS: tuple[str, ...] = (
+    "TensorrtExecutionProvider",
+    "CUDAExecutionProvider",
+    "ROCMExecutionProvider",
+    "DmlExecutionProvider",
+    "CoreMLExecutionProvider",
+    "OpenVINOExecutionProvider",
+    "CPUExecutionProvider",
+)
+# Short names accepted in configuration (case-insensitive), e.g. ATTN_ONNX_PROVIDERS='["cuda","cpu"]'.
+PROVIDER_ALIASES: dict[str, str] = {
+    "tensorrt": "TensorrtExecutionProvider",
+    "trt": "TensorrtExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+    "dml": "DmlExecutionProvider",
+    "directml": "DmlExecutionProvider",
+    "coreml": "CoreMLExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "cpu": "CPUExecutionProvider",
+}
+OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
+SUPPORTED_DTYPES = ("float32", "float64")
+
+
+def choose_providers(available: list[str], configured: list[str] | None) -> tuple[list[str], list[str]]:
+    """(providers to request, warnings).
+
+    Without a configuration: the available providers in :data:`PREFERRED_PROVIDERS`
+    order. With one: the configured providers (full names or short aliases) in the
+    given order, dropping those this onnxruntime build lacks (with a warning). The
+    CPU provider always closes the list, so nodes other providers lack still run.
+    """
+    warnings: list[str] = []
+    if not configured:
+        chosen = [p for p in PREFERRED_PROVIDERS if p in available]
+    else:
+        chosen = []
+        for name in configured:
+            full = PROVIDER_ALIASES.get(name.strip().lower(), name.strip())
+            if full not in available:
+                warnings.append(f"configured execution provider {name!r} is not available in this onnxruntime "
+                                f"build (available: {', '.join(available)}); skipped")
+            elif full not in chosen:
+                chosen.append(full)
+    if "CPUExecutionProvider" not in chosen:
+        chosen.append("CPUExecutionProvider")
+    return chosen, warnings
+
+
+class ModelCheckError(RuntimeError):
+    """The models directory does not match its manifest (missing file, wrong hash, bad manifest)."""
+
+
+def verify_models(models_dir: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """Read the manifest and every model file, checking each file's sha256.
+
+    Returns (manifest, {graph name: file bytes}); raises :class:`ModelCheckError`
+    naming the first file that is missing or whose hash differs.
+    """
+    manifest_path = models_dir / MANIFEST_NAME
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        graphs = manifest["graphs"]
+    except FileNotFoundError:
+        raise ModelCheckError(f"model manifest {manifest_path} is missing (run `python -m service export-models`)") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelCheckError(f"model manifest {manifest_path} is unreadable: {exc}") from None
+    blobs: dict[str, bytes] = {}
+    for g in graphs:
+        path = models_dir / g["file"]
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ModelCheckError(f"model file {path} listed in the manifest cannot be read: {exc.strerror or exc}") from None
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != g["sha256"]:
+            raise ModelCheckError(
+                f"model file {path} is corrupted: sha256 {digest} does not match the manifest's {g['sha256']}"
+            )
+        blobs[g["name"]] = data
+    return manifest, blobs
+
+
+class OnnxEngine:
+    """Attention on ONNX Runtime over the graphs of ``models_dir``.
+
+    ``providers``: execution providers in order of preference (full names or
+    aliases such as ``"cuda"``); None picks the best available
+    (:data:`PREFERRED_PROVIDERS`). ``intra_op_threads``: 0 lets ONNX Runtime
+    choose (one per physical core). ``graph_optimization_level``: one of
+    ``disable``, ``basic``, ``extended``, ``all``. ``warmup``: run each graph once
+    at start so the first request does not pay for lazy initialisation.
+    """
+
+    name = "onnx"
+
+    def __init__(
+        self,
+        models_dir: str | Path,
+        *,
+        providers: list[str] | None = None,
+        intra_op_threads: int = 0,
+        graph_optimization_level: str = "all",
+        warmup: bool = True,
+    ) -> None:
+        if graph_optimization_level not in OPTIMIZATION_LEVELS:
+            raise ValueError(f"graph_optimization_level must be one of {OPTIMIZATION_LEVELS}, got {graph_optimization_level!r}")
+        if intra_op_threads < 0:
+            raise ValueError(f"intra_op_threads must be >= 0, got {intra_op_threads}")
+        self.models_dir = Path(models_dir)
+        self.configured_providers = list(providers) if providers else None
+        self.intra_op_threads = intra_op_threads
+        self.graph_optimization_level = graph_optimization_level
+        self.warmup = warmup
+        self._lock = threading.Lock()
+        self._state = "new"  # new -> starting -> ready | failed
+        self._error: str | None = None
+        self._warnings: list[str] = []
+        self._manifest: dict[str, Any] | None = None
+        self._graphs: list[dict[str, Any]] = []  # manifest entries, in preference order
+        self._sessions: dict[str, Any] = {}
+        self._input_names: dict[str, frozenset[str]] = {}
+        self._timings: dict[str, dict[str, float]] = {}
+        self._requested_providers: list[str] = []
+        self._active_providers: list[str] = []
+        self._available_providers: list[str] = []
+        self._ort_version: str | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Verify the models, create and warm up one session per graph. Idempotent; never raises."""
+        with self._lock:
+            if self._state != "new":
+                return
+            self._state = "starting"
+            try:
+                self._start()
+            except Exception as exc:  # any failure leaves the engine not ready, numpy keeps serving
+                self._sessions = {}
+                self._error = str(exc) if isinstance(exc, ModelCheckError) else f"{type(exc).__name__}: {exc}"
+                self._state = "failed"
+                logger.error("ONNX engine not ready: %s", self._error)
+                return
+            self._state = "ready"
+            logger.info(
+                "ONNX engine ready: %d graphs on %s (onnxruntime %s)",
+                len(self._sessions), self.provider, self._ort_version,
+            )
+
+    def _start(self) -> None:
+        import onnxruntime as ort  # imported here so that importing the engine stays cheap
+
+        self._ort_version = ort.__version__
+        self._available_providers = list(ort.get_available_providers())
+        self._requested_providers, self._warnings = choose_providers(self._available_providers, self.configured_providers)
+        for w in self._warnings:
+            logger.warning("%s", w)
+        manifest, blobs = verify_models(self.models_dir)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.intra_op_threads
+        options.graph_optimization_level = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[self.graph_optimization_level]
+        sessions: dict[str, Any] = {}
+        timings: dict[str, dict[str, float]] = {}
+        for g in manifest["graphs"]:
+            t0 = time.perf_counter()
+            session = ort.InferenceSession(blobs[g["name"]], sess_options=options, providers=self._requested_providers)
+            t1 = time.perf_counter()
+            if self.warmup:
+                session.run(None, _warmup_feeds(g))
+            t2 = time.perf_counter()
+            sessions[g["name"]] = session
+            timings[g["name"]] = {"load_ms": round((t1 - t0) * 1e3, 3), "warmup_ms": round((t2 - t1) * 1e3, 3)}
+        first = next(iter(sessions.values()), None)
+        self._active_providers = list(first.get_providers()) if first is not None else []
+        self._manifest = manifest
+        self._graphs = list(manifest["graphs"])
+        self._sessions = sessions
+        self._input_names = {name: frozenset(i.name for i in s.get_inputs()) for name, s in sessions.items()}
+        self._timings = timings
+
+    # ------------------------------------------------------------------ protocol
+    @property
+    def provider(self) -> str:
+        """The execution provider the sessions run on (``session.get_providers()[0]``)."""
+        if self._active_providers:
+            return self._active_providers[0]
+        return f"none ({self._state})"
+
+    @property
+    def ready(self) -> bool:
+        return self._state == "ready"
+
+    @property
+    def not_ready_reason(self) -> str | None:
+        """Why the engine is not ready (None when it is)."""
+        if self._state == "ready":
+            return None
+        if self._state == "failed":
+            return f"the ONNX engine failed to start: {self._error}"
+        return "the ONNX engine is not started yet (it loads and warms up its graphs at start-up)"
+
+    def graph_for(self, task: AttentionTask) -> str | None:
+        """Name of the graph that would run ``task`` (None when no graph serves it)."""
+        supports = self._request_key(task)
+        if isinstance(supports, str):
+            return None
+        normalizer, dtype, outputs = supports
+        for g in self._graphs:
+            s = g["supports"]
+            if s["normalizer"] == normalizer and s["dtype"] == dtype and outputs <= set(s["outputs"]):
+                return g["name"]
+        return None
+
+    def unsupported_reason(self, task: AttentionTask) -> str | None:
+        if not self.ready:
+            return self.not_ready_reason
+        key = self._request_key(task)
+        if isinstance(key, str):
+            return key
+        if self.graph_for(task) is None:
+            normalizer, dtype, outputs = key
+            return (f"no ONNX graph in {self.models_dir} serves normalizer {normalizer} in {dtype} "
+                    f"with outputs {', '.join(sorted(outputs))}")
+        return None
+
+    def _request_key(self, task: AttentionTask) -> tuple[str, str, set[str]] | str:
+        """(normalizer of the graph, dtype name, outputs needed), or the reason no graph can serve it."""
+        dtype = np.dtype(task.dtype).name
+        if dtype not in SUPPORTED_DTYPES:
+            return f"precision {dtype} has no ONNX graph (float32 and float64 only)"
+        normalizer = task.params.normalizer
+        if normalizer == "entmax":
+            alpha = task.params.alpha
+            if alpha is None or not math.isfinite(alpha) or alpha <= 1:
+                return f"entmax needs a finite alpha > 1, got {alpha}"
+            # the exact sort-based graphs, as the numpy reference does for these two alphas
+            normalizer = {2.0: "sparsemax", 1.5: "entmax15"}.get(float(alpha), "entmax")
+        outputs = {"output"}
+        if task.need_weights:
+            outputs.add("weights")
+        if task.need_scores:
+            outputs.add("scores")
+        return normalizer, dtype, outputs
+
+    def run(self, task: AttentionTask) -> AttentionResult:
+        if not self.ready:
+            raise RuntimeError(self.not_ready_reason)
+        params = task.params
+        check_params(params)
+        inputs = task.inputs
+        dims = check_dims(inputs.query.shape, inputs.key.shape, inputs.value.shape)
+        name = self.graph_for(task)
+        if name is None:
+            raise RuntimeError(self.unsupported_reason(task) or "no ONNX graph serves this request")
+        dtype = np.dtype(task.dtype)
+        B, Hq, L, S = dims.weights_shape
+        target = (B, Hq, L, S)
+
+        keep = keep_mask(B, Hq, L, S, mask=inputs.mask, causal=params.causal, key_lengths=inputs.key_lengths)
+        valid_keys = valid_key_counts(keep, target)
+        if keep is None:
+            keep_feed = np.ones((1, 1, L, S), dtype=bool)
+        else:
+            # the Attention operator needs the mask's last two dims to be exactly (L, S)
+            keep_feed = np.ascontiguousarray(np.broadcast_to(keep, keep.shape[:2] + (L, S)))
+        mask = inputs.mask
+        if mask is not None and np.asarray(mask).dtype != bool:
+            bias = np.ascontiguousarray(as_4d_mask(np.asarray(mask), target), dtype=dtype)
+        else:
+            bias = np.zeros((1, 1, 1, 1), dtype=dtype)
+        scale = params.scale if params.scale is not None else 1.0 / math.sqrt(dims.E)
+        feeds = {
+            "query": np.ascontiguousarray(promote_to_4d(inputs.query), dtype=dtype),
+            "key": np.ascontiguousarray(promote_to_4d(inputs.key), dtype=dtype),
+            "value": np.ascontiguousarray(promote_to_4d(inputs.value), dtype=dtype),
+            "keep_mask": keep_feed,
+            "bias": bias,
+            "scale": np.array(scale, dtype=dtype),
+            "temperature": np.array(params.temperature, dtype=dtype),
+        }
+        if "alpha" in self._input_names[name]:
+            feeds["alpha"] = np.array(params.alpha, dtype=dtype)
+        wanted = ["output"] + (["weights"] if task.need_weights else []) + (["scores"] if task.need_scores else [])
+        fetched = dict(zip(wanted, self._sessions[name].run(wanted, feeds)))
+        output = fetched["output"]
+        weights = fetched.get("weights")
+        scores = fetched.get("scores")
+
+        # The contract, whatever the runtime did: fully masked rows are all zeros.
+        empty = valid_keys == 0
+        if empty.any():
+            output[empty] = 0
+            if weights is not None:
+                weights[empty] = 0
+        if not np.isfinite(output).all():
+            raise NumericalError(
+                f"the attention output is not finite in {dtype.name}: the scores overflowed "
+                "(|scale * q.k| too large); retry with precision float64 or smaller inputs"
+            )
+        lead = inputs.query.shape[:-1]
+        rank = inputs.query.ndim
+        return AttentionResult(
+            output=output.reshape(lead + (dims.Ev,)) if rank < 4 else output,
+            weights=None if weights is None else weights.reshape(lead + (S,)),
+            scores=None if scores is None else scores.reshape(lead + (S,)),
+            valid_keys=valid_keys,
+        )
+
+    # ------------------------------------------------------------------ reporting
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready state for /v1/engines."""
+        return {
+            "name": self.name,
+            "provider": self.provider,
+            "ready": self.ready,
+            "error": self._error,
+            "status": self._state,
+            "not_ready_reason": self.not_ready_reason,
+            "onnxruntime_version": self._ort_version or _ort_version(),
+            "available_providers": self._available_providers or _available_providers(),
+            "requested_providers": self._requested_providers,
+            "active_providers": self._active_providers,
+            "configured_providers": self.configured_providers,
+            "provider_warnings": list(self._warnings),
+            "intra_op_threads": self.intra_op_threads,
+            "graph_optimization_level": self.graph_optimization_level,
+            "models_dir": str(self.models_dir),
+            "graphs": {name: dict(t) for name, t in self._timings.items()},
+        }
+
+    def models(self) -> dict[str, Any]:
+        """JSON-ready manifest for /v1/models, with the result of the start-up hash check."""
+        if self._manifest is not None:
+            manifest = self._manifest
+            verified = True
+        else:
+            try:
+                manifest = json.loads((self.models_dir / MANIFEST_NAME).read_text())
+            except (OSError, ValueError):
+                manifest = {"graphs": []}
+            verified = False
+        return {
+            "models_dir": str(self.models_dir),
+            "verified": verified,
+            "error": self._error,
+            "opset": manifest.get("opset"),
+            "ir_version": manifest.get("ir_version"),
+            "models": [
+                {**g, "verified": verified, **({"timing": self._timings[g["name"]]} if g.get("name") in self._timings else {})}
+                for g in manifest.get("graphs", [])
+            ],
+        }
+
+
+def _warmup_feeds(entry: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Small inputs for one warm-up run: GQA (4 query heads on 2 kv heads), a causal mask."""
+    dtype = np.dtype(entry["supports"]["dtype"])
+    rng = np.random.default_rng(0)
+    B, Hq, Hkv, L, S, E, Ev = 1, 4, 2, 3, 5, 8, 8
+    feeds = {
+        "query": rng.standard_normal((B, Hq, L, E)).astype(dtype),
+        "key": rng.standard_normal((B, Hkv, S, E)).astype(dtype),
+        "value": rng.standard_normal((B, Hkv, S, Ev)).astype(dtype),
+        "keep_mask": np.tri(L, S, k=S - L, dtype=bool).reshape(1, 1, L, S),
+        "bias": np.zeros((1, 1, 1, 1), dtype=dtype),
+        "scale": np.array(1 / math.sqrt(E), dtype=dtype),
+        "temperature": np.array(1.0, dtype=dtype),
+        "alpha": np.array(1.7, dtype=dtype),
+    }
+    names = {i["name"] for i in entry["inputs"]}
+    return {k: v for k, v in feeds.items() if k in names}
+
+
+def _ort_version() -> str | None:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    return ort.__version__
+
+
+def _available_providers() -> list[str]:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return []
+    return list(ort.get_available_providers())
