@@ -16,6 +16,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--workers", type=int, help="worker processes (ATTN_WORKERS, default 1)")
     export = sub.add_parser("export-models", help="build the ONNX graphs into models/ (deterministic)")
     export.add_argument("--out", help="directory (default: the repository's models/)")
+    openapi = sub.add_parser("openapi", help="print the OpenAPI schema the app serves, as YAML (needs PyYAML)")
+    openapi.add_argument("--out", help="write to this file instead of stdout")
     args = parser.parse_args(argv)
 
     if args.command == "serve":
@@ -39,6 +41,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from service.export import main as export_main
 
         return export_main(["--out", args.out] if args.out else [])
+    if args.command == "openapi":
+        from service.openapi import render_openapi_yaml
+
+        text = render_openapi_yaml()
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(text)
+        else:
+            sys.stdout.write(text)
+        return 0
     return 2
 
 

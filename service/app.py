@@ -16,7 +16,9 @@ from fastapi import FastAPI
 
 from service import __version__
 from service.api import operations, v1
+from service.api.docs import install_openapi
 from service.api.errors import install_error_handlers
+from service.api.schemas import AttentionRequest, SoftmaxRequest
 from service.engines.base import Engine
 from service.engines.dispatch import EngineDispatcher
 from service.engines.numpy_engine import NumpyEngine
@@ -73,4 +75,5 @@ def create_app(settings: Settings | None = None, *, engines: Mapping[str, Engine
     install_error_handlers(app)
     app.include_router(operations.router)
     app.include_router(v1.router)
+    install_openapi(app, [AttentionRequest, SoftmaxRequest])
     return app
