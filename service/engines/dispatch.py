@@ -1,50 +1,117 @@
-"""Choosing the engine for a request (interim version; the ONNX work replaces it)."""
+"""Choosing the engine for a request.
+
+``engine: "auto"`` walks the preferred order (ONNX first, numpy last) and takes
+the first engine that is ready and supports the task; the reason says why, e.g.
+``auto: onnx graph softmax_fused_f32 supports this request`` or
+``auto: onnx cannot run this request (precision float16 has no ONNX graph ...);
+using numpy``. A named engine either runs the task or says why not:
+:class:`EngineUnavailable` (HTTP 422: the engine cannot serve this request, or
+is not enabled) or :class:`EngineNotReady` (HTTP 503: try again later).
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
+from service.core.errors import InvalidInput, NumericalError
 from service.core.types import AttentionResult, AttentionTask
 from service.engines.base import Engine, EngineChoice
 
+logger = logging.getLogger("service.engines.dispatch")
+
 
 class EngineUnavailable(Exception):
-    """The requested engine cannot run this request (422)."""
+    """The requested engine cannot run this request; the message says why (HTTP 422)."""
 
 
 class EngineNotReady(Exception):
-    """The requested engine is not ready yet (503)."""
+    """The requested engine is not ready yet, or failed to start; the message says why (HTTP 503)."""
+
+
+def _not_ready_reason(engine: Engine) -> str:
+    reason = getattr(engine, "not_ready_reason", None)
+    return reason if isinstance(reason, str) and reason else f"engine {engine.name!r} is not ready"
+
+
+def _what_runs(engine: Engine, task: AttentionTask) -> str:
+    """``onnx graph softmax_fused_f32`` for engines that name their graphs, else the engine name."""
+    graph_for = getattr(engine, "graph_for", None)
+    graph = graph_for(task) if callable(graph_for) else None
+    return f"{engine.name} graph {graph}" if graph else engine.name
 
 
 class EngineDispatcher:
+    """Picks the engine for each request among ``engines`` (name -> engine).
+
+    ``preferred_auto_order`` is the order ``auto`` tries; engines not in it are
+    only used when named.
+    """
+
     def __init__(self, engines: Mapping[str, Engine], preferred_auto_order: Sequence[str] = ("onnx", "numpy")) -> None:
         self.engines = dict(engines)
-        self.order = [n for n in preferred_auto_order if n in self.engines]
+        self.order = [name for name in preferred_auto_order if name in self.engines]
 
     def select(self, task: AttentionTask, requested: str) -> tuple[Engine, EngineChoice]:
+        """The engine to run ``task`` and the :class:`EngineChoice` to report.
+
+        Raises :class:`EngineUnavailable` or :class:`EngineNotReady` as described
+        in the module docstring.
+        """
         if requested != "auto":
-            engine = self.engines.get(requested)
-            if engine is None:
-                raise EngineUnavailable(f"engine {requested!r} is not enabled on this server")
-            if not engine.ready:
-                raise EngineNotReady(f"engine {requested!r} is not ready")
-            reason = engine.unsupported_reason(task)
-            if reason:
-                raise EngineUnavailable(reason)
-            return engine, EngineChoice(engine.name, engine.provider, "requested")
-        notes = []
+            return self._select_named(task, requested)
+        skipped: list[str] = []
         for name in self.order:
             engine = self.engines[name]
             if not engine.ready:
-                notes.append(f"{name} not ready")
+                skipped.append(f"{name} is not ready ({_not_ready_reason(engine)})")
                 continue
             reason = engine.unsupported_reason(task)
             if reason:
-                notes.append(reason)
+                skipped.append(f"{name} cannot run this request ({reason})")
                 continue
-            return engine, EngineChoice(engine.name, engine.provider, "auto: " + ("; ".join(notes) + "; " if notes else "") + f"{name} supports this request")
-        raise EngineUnavailable("no engine supports this request: " + "; ".join(notes))
+            if skipped:
+                why = f"auto: {'; '.join(skipped)}; using {name}"
+            else:
+                why = f"auto: {_what_runs(engine, task)} supports this request"
+            return engine, EngineChoice(engine.name, engine.provider, why)
+        raise EngineUnavailable("no engine can run this request: " + "; ".join(skipped or ["no engines are configured"]))
+
+    def _select_named(self, task: AttentionTask, requested: str) -> tuple[Engine, EngineChoice]:
+        engine = self.engines.get(requested)
+        if engine is None:
+            enabled = ", ".join(sorted(self.engines)) or "none"
+            raise EngineUnavailable(f"engine {requested!r} is not enabled on this server (enabled: {enabled})")
+        if not engine.ready:
+            raise EngineNotReady(_not_ready_reason(engine))
+        reason = engine.unsupported_reason(task)
+        if reason:
+            raise EngineUnavailable(f"engine {requested!r} cannot run this request: {reason}")
+        return engine, EngineChoice(engine.name, engine.provider, f"requested: {_what_runs(engine, task)}")
 
     def run(self, task: AttentionTask, requested: str) -> tuple[AttentionResult, EngineChoice]:
+        """Select an engine and run ``task`` on it.
+
+        Contract errors (:class:`InvalidInput`, :class:`NumericalError`) propagate
+        from any engine. Any other failure of an engine under ``auto`` falls back
+        to the next engine in order (logged, and said in the reason); a named
+        engine's failure becomes :class:`EngineUnavailable`.
+        """
         engine, choice = self.select(task, requested)
-        return engine.run(task), choice
+        try:
+            return engine.run(task), choice
+        except (InvalidInput, NumericalError):
+            raise
+        except Exception as exc:
+            logger.exception("engine %s failed on a request", engine.name)
+            failure = f"{engine.name} failed ({type(exc).__name__}: {exc})"
+            if requested != "auto":
+                raise EngineUnavailable(f"engine {requested!r} failed on this request: {type(exc).__name__}: {exc}") from exc
+            position = next(i for i, name in enumerate(self.order) if self.engines[name] is engine)
+            for name in self.order[position + 1 :]:
+                fallback = self.engines[name]
+                if fallback.ready and not fallback.unsupported_reason(task):
+                    return fallback.run(task), EngineChoice(
+                        fallback.name, fallback.provider, f"{choice.reason}; but {failure}; using {name}"
+                    )
+            raise

@@ -1,0 +1,161 @@
+"""Engine dispatch: auto picks ONNX when it is ready and supports the request, else numpy, and says why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from service.core.errors import InvalidInput
+from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask
+from service.engines.dispatch import EngineDispatcher, EngineNotReady, EngineUnavailable
+from service.engines.numpy_engine import NumpyEngine
+from service.engines.onnx_engine import OnnxEngine
+from service.export import DEFAULT_MODELS_DIR
+
+
+class FakeEngine:
+    """An engine whose readiness, support and failures the test controls."""
+
+    def __init__(self, name: str, *, ready: bool = True, unsupported: str | None = None, fail: Exception | None = None) -> None:
+        self.name = name
+        self._ready = ready
+        self.unsupported = unsupported
+        self.fail = fail
+        self.calls = 0
+
+    @property
+    def provider(self) -> str:
+        return f"{self.name}-provider"
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    @property
+    def not_ready_reason(self) -> str | None:
+        return None if self._ready else f"{self.name} is warming up"
+
+    def unsupported_reason(self, task: AttentionTask) -> str | None:
+        return self.unsupported
+
+    def run(self, task: AttentionTask) -> AttentionResult:
+        self.calls += 1
+        if self.fail is not None:
+            raise self.fail
+        return AttentionResult(output=np.zeros(1), weights=None, scores=None, valid_keys=np.zeros(1, dtype=np.int64))
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+def a_task(normalizer: str = "softmax", alpha: float | None = None, dtype: str = "float32", need_weights: bool = False) -> AttentionTask:
+    rng = np.random.default_rng(0)
+    return AttentionTask(
+        inputs=AttentionInputs(rng.standard_normal((2, 4, 8)), rng.standard_normal((2, 6, 8)), rng.standard_normal((2, 6, 8))),
+        params=AttentionParams(normalizer=normalizer, alpha=alpha),
+        dtype=np.dtype(dtype),
+        need_weights=need_weights,
+    )
+
+
+# ------------------------------------------------------------------------------ with fakes
+
+
+def test_auto_prefers_the_first_ready_engine_that_supports_the_task() -> None:
+    onnx, numpy = FakeEngine("onnx"), FakeEngine("numpy")
+    engine, choice = EngineDispatcher({"numpy": numpy, "onnx": onnx}).select(a_task(), "auto")
+    assert engine is onnx
+    assert choice.name == "onnx" and choice.provider == "onnx-provider"
+    assert choice.reason == "auto: onnx supports this request"
+
+
+def test_auto_falls_back_when_not_ready_or_unsupported() -> None:
+    numpy = FakeEngine("numpy")
+    d = EngineDispatcher({"onnx": FakeEngine("onnx", ready=False), "numpy": numpy})
+    engine, choice = d.select(a_task(), "auto")
+    assert engine is numpy and choice.reason == "auto: onnx is not ready (onnx is warming up); using numpy"
+
+    d = EngineDispatcher({"onnx": FakeEngine("onnx", unsupported="entmax with alpha=1.7 has no ONNX graph"), "numpy": numpy})
+    engine, choice = d.select(a_task(), "auto")
+    assert engine is numpy
+    assert choice.reason == "auto: onnx cannot run this request (entmax with alpha=1.7 has no ONNX graph); using numpy"
+
+
+def test_auto_with_no_capable_engine() -> None:
+    d = EngineDispatcher({"onnx": FakeEngine("onnx", unsupported="no"), "numpy": FakeEngine("numpy", ready=False)})
+    with pytest.raises(EngineUnavailable, match="no engine can run this request: onnx cannot"):
+        d.select(a_task(), "auto")
+
+
+def test_named_engine() -> None:
+    onnx, numpy = FakeEngine("onnx"), FakeEngine("numpy")
+    d = EngineDispatcher({"onnx": onnx, "numpy": numpy})
+    engine, choice = d.select(a_task(), "numpy")
+    assert engine is numpy and choice.reason == "requested: numpy"
+    with pytest.raises(EngineUnavailable, match="'tpu' is not enabled on this server"):
+        d.select(a_task(), "tpu")
+    onnx.unsupported = "precision float16 has no ONNX graph"
+    with pytest.raises(EngineUnavailable, match="'onnx' cannot run this request: precision float16 has no ONNX graph"):
+        d.select(a_task(), "onnx")
+    onnx._ready = False
+    with pytest.raises(EngineNotReady, match="onnx is warming up"):
+        d.select(a_task(), "onnx")
+
+
+def test_onnx_disabled() -> None:
+    d = EngineDispatcher({"numpy": FakeEngine("numpy")})
+    assert d.order == ["numpy"]
+    with pytest.raises(EngineUnavailable, match="'onnx' is not enabled"):
+        d.select(a_task(), "onnx")
+    assert d.select(a_task(), "auto")[1].name == "numpy"
+
+
+def test_run_falls_back_on_an_engine_failure_under_auto_only() -> None:
+    onnx, numpy = FakeEngine("onnx", fail=RuntimeError("kernel exploded")), FakeEngine("numpy")
+    d = EngineDispatcher({"onnx": onnx, "numpy": numpy})
+    _, choice = d.run(a_task(), "auto")
+    assert choice.name == "numpy" and "onnx failed (RuntimeError: kernel exploded); using numpy" in choice.reason
+    with pytest.raises(EngineUnavailable, match="kernel exploded"):
+        d.run(a_task(), "onnx")
+
+
+def test_contract_errors_propagate() -> None:
+    onnx, numpy = FakeEngine("onnx", fail=InvalidInput("bad shape")), FakeEngine("numpy")
+    with pytest.raises(InvalidInput):
+        EngineDispatcher({"onnx": onnx, "numpy": numpy}).run(a_task(), "auto")
+    assert numpy.calls == 0
+
+
+# ------------------------------------------------------------------------------ with the real engines
+
+
+@pytest.fixture(scope="module")
+def dispatcher() -> EngineDispatcher:
+    onnx = OnnxEngine(DEFAULT_MODELS_DIR)
+    onnx.start()
+    assert onnx.ready
+    return EngineDispatcher({"numpy": NumpyEngine(), "onnx": onnx})
+
+
+def test_real_auto_names_the_graph(dispatcher: EngineDispatcher) -> None:
+    result, choice = dispatcher.run(a_task(), "auto")
+    assert choice.name == "onnx" and choice.provider == "CPUExecutionProvider"
+    assert choice.reason == "auto: onnx graph softmax_fused_f32 supports this request"
+    want = NumpyEngine().run(a_task())
+    np.testing.assert_allclose(result.output, want.output, atol=1e-5)
+
+    _, choice = dispatcher.select(a_task("entmax", alpha=1.7, dtype="float64", need_weights=True), "auto")
+    assert choice.reason == "auto: onnx graph entmax_f64 supports this request"
+    _, choice = dispatcher.select(a_task(), "onnx")
+    assert choice.reason == "requested: onnx graph softmax_fused_f32"
+
+
+def test_real_auto_uses_numpy_for_float16(dispatcher: EngineDispatcher) -> None:
+    t = a_task(dtype="float16")
+    engine, choice = dispatcher.select(t, "auto")
+    assert choice.name == "numpy" and choice.provider == "CPU/numpy"
+    assert choice.reason == "auto: onnx cannot run this request (precision float16 has no ONNX graph (float32 and float64 only)); using numpy"
+    with pytest.raises(EngineUnavailable, match="float16"):
+        dispatcher.select(t, "onnx")

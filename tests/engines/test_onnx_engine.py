@@ -1,0 +1,247 @@
+"""The ONNX engine's life cycle: start-up checks, providers, graph choice, reporting, threads."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from service.core.errors import InvalidInput
+from service.core.types import AttentionInputs, AttentionParams, AttentionTask
+from service.engines.base import Engine
+from service.engines.dispatch import EngineDispatcher, EngineNotReady
+from service.engines.numpy_engine import NumpyEngine
+from service.engines.onnx_engine import PREFERRED_PROVIDERS, OnnxEngine, choose_providers, verify_models
+from service.export import DEFAULT_MODELS_DIR, MANIFEST_NAME
+
+
+@pytest.fixture(scope="module")
+def engine() -> OnnxEngine:
+    e = OnnxEngine(DEFAULT_MODELS_DIR)
+    e.start()
+    assert e.ready, e.describe()
+    return e
+
+
+def task(normalizer: str = "softmax", *, alpha: float | None = None, dtype: str = "float32", need_weights: bool = True,
+         need_scores: bool = False, seed: int = 0) -> AttentionTask:
+    rng = np.random.default_rng(seed)
+    return AttentionTask(
+        inputs=AttentionInputs(
+            query=rng.standard_normal((2, 4, 5, 8)),
+            key=rng.standard_normal((2, 2, 6, 8)),
+            value=rng.standard_normal((2, 2, 6, 3)),
+            mask=rng.random((2, 1, 5, 6)) > 0.2,
+        ),
+        params=AttentionParams(normalizer=normalizer, alpha=alpha, causal="bottom_right"),
+        dtype=np.dtype(dtype),
+        need_weights=need_weights,
+        need_scores=need_scores,
+    )
+
+
+def copy_models(tmp_path: Path) -> Path:
+    out = tmp_path / "models"
+    shutil.copytree(DEFAULT_MODELS_DIR, out)
+    return out
+
+
+# ------------------------------------------------------------------------------ start-up
+
+
+def test_engine_implements_the_protocol_and_is_ready_after_start(engine: OnnxEngine) -> None:
+    assert isinstance(engine, Engine)
+    assert engine.ready
+    assert engine.provider == "CPUExecutionProvider"
+    manifest = json.loads((DEFAULT_MODELS_DIR / MANIFEST_NAME).read_text())
+    d = engine.describe()
+    json.dumps(d)  # JSON-ready
+    assert d["name"] == "onnx" and d["ready"] is True and d["error"] is None
+    assert d["onnxruntime_version"] == ort.__version__
+    assert d["available_providers"] == ort.get_available_providers()
+    assert d["active_providers"][0] == "CPUExecutionProvider"
+    assert set(d["graphs"]) == {g["name"] for g in manifest["graphs"]}
+    for timing in d["graphs"].values():
+        assert timing["warmup_ms"] > 0 and timing["load_ms"] > 0
+
+
+def test_not_ready_before_start() -> None:
+    e = OnnxEngine(DEFAULT_MODELS_DIR)
+    assert not e.ready
+    assert "not started" in e.unsupported_reason(task())
+    assert e.describe()["ready"] is False
+    with pytest.raises(RuntimeError, match="not started"):
+        e.run(task())
+
+
+def test_start_is_idempotent(engine: OnnxEngine) -> None:
+    sessions = dict(engine._sessions)
+    engine.start()
+    assert engine._sessions == sessions
+
+
+def test_models_lists_the_verified_manifest(engine: OnnxEngine) -> None:
+    m = engine.models()
+    json.dumps(m)
+    manifest = json.loads((DEFAULT_MODELS_DIR / MANIFEST_NAME).read_text())
+    assert m["verified"] is True and m["error"] is None
+    assert [g["sha256"] for g in m["models"]] == [g["sha256"] for g in manifest["graphs"]]
+    assert all(g["verified"] and g["timing"]["warmup_ms"] > 0 for g in m["models"])
+
+
+def test_corrupted_model_file_makes_the_engine_not_ready(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    models = copy_models(tmp_path)
+    victim = models / "sparsemax_f32.onnx"
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    victim.write_bytes(bytes(data))
+    e = OnnxEngine(models)
+    with caplog.at_level(logging.ERROR, logger="service.engines.onnx"):
+        e.start()
+    assert not e.ready
+    d = e.describe()
+    assert "sparsemax_f32.onnx" in d["error"] and "corrupted" in d["error"] and "sha256" in d["error"]
+    assert d["graphs"] == {}
+    records = [r for r in caplog.records if r.name == "service.engines.onnx" and r.levelno == logging.ERROR]
+    assert records and "sparsemax_f32.onnx" in records[0].getMessage()
+    assert "failed to start" in e.unsupported_reason(task())
+    assert e.models()["verified"] is False
+
+    # numpy keeps serving: auto falls back and says why; asking for onnx is a 503
+    dispatcher = EngineDispatcher({"onnx": e, "numpy": NumpyEngine()})
+    result, choice = dispatcher.run(task(), "auto")
+    assert choice.name == "numpy" and "onnx is not ready" in choice.reason and "corrupted" in choice.reason
+    assert result.output.shape == (2, 4, 5, 3)
+    with pytest.raises(EngineNotReady, match="corrupted"):
+        dispatcher.select(task(), "onnx")
+
+
+def test_missing_model_file_and_missing_manifest(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    models = copy_models(tmp_path)
+    (models / "relu_f64.onnx").unlink()
+    e = OnnxEngine(models)
+    with caplog.at_level(logging.ERROR, logger="service.engines.onnx"):
+        e.start()
+    assert not e.ready and "relu_f64.onnx" in e.describe()["error"]
+    assert any("relu_f64.onnx" in r.getMessage() for r in caplog.records)
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    e = OnnxEngine(empty)
+    e.start()
+    assert not e.ready and "manifest" in e.describe()["error"] and "missing" in e.describe()["error"]
+
+
+def test_verify_models_returns_every_blob() -> None:
+    manifest, blobs = verify_models(DEFAULT_MODELS_DIR)
+    assert set(blobs) == {g["name"] for g in manifest["graphs"]}
+
+
+def test_session_options_and_no_warmup(tmp_path: Path) -> None:
+    e = OnnxEngine(DEFAULT_MODELS_DIR, providers=["cpu"], intra_op_threads=1, graph_optimization_level="basic", warmup=False)
+    e.start()
+    assert e.ready and e.provider == "CPUExecutionProvider"
+    d = e.describe()
+    assert d["intra_op_threads"] == 1 and d["graph_optimization_level"] == "basic" and d["configured_providers"] == ["cpu"]
+    assert all(t["warmup_ms"] < 5 for t in d["graphs"].values())
+    want = NumpyEngine().run(task())
+    np.testing.assert_allclose(e.run(task()).output, want.output, atol=1e-5)
+    with pytest.raises(ValueError, match="graph_optimization_level"):
+        OnnxEngine(DEFAULT_MODELS_DIR, graph_optimization_level="max")
+
+
+# ------------------------------------------------------------------------------ providers
+
+
+def test_choose_providers_default_order() -> None:
+    available = ["CPUExecutionProvider", "CUDAExecutionProvider", "AzureExecutionProvider", "TensorrtExecutionProvider"]
+    chosen, warnings = choose_providers(available, None)
+    assert chosen == ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert warnings == []
+    assert choose_providers(["AzureExecutionProvider", "CPUExecutionProvider"], None)[0] == ["CPUExecutionProvider"]
+    assert PREFERRED_PROVIDERS[-1] == "CPUExecutionProvider"
+
+
+def test_choose_providers_configured_list() -> None:
+    available = ["CUDAExecutionProvider", "CPUExecutionProvider", "DmlExecutionProvider"]
+    chosen, warnings = choose_providers(available, ["dml", "CUDAExecutionProvider"])
+    assert chosen == ["DmlExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    chosen, warnings = choose_providers(["CPUExecutionProvider"], ["cuda"])
+    assert chosen == ["CPUExecutionProvider"]
+    assert len(warnings) == 1 and "'cuda'" in warnings[0] and "not available" in warnings[0]
+
+
+def test_unavailable_configured_provider_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    e = OnnxEngine(DEFAULT_MODELS_DIR, providers=["TensorrtExecutionProvider"], warmup=False)
+    with caplog.at_level(logging.WARNING, logger="service.engines.onnx"):
+        e.start()
+    assert e.ready and e.provider == "CPUExecutionProvider"
+    assert e.describe()["provider_warnings"] and any("Tensorrt" in r.getMessage() for r in caplog.records)
+
+
+# ------------------------------------------------------------------------------ graph choice
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "graph"),
+    [
+        ({"need_weights": False}, "softmax_fused_f32"),
+        ({}, "softmax_fused_weights_f32"),
+        ({"need_scores": True}, "softmax_f32"),
+        ({"dtype": "float64", "need_weights": False}, "softmax_fused_f64"),
+        ({"dtype": "float64", "need_scores": True}, "softmax_f64"),
+        ({"normalizer": "sparsemax", "need_weights": False}, "sparsemax_f32"),
+        ({"normalizer": "entmax15"}, "entmax15_f32"),
+        ({"normalizer": "entmax", "alpha": 1.5}, "entmax15_f32"),
+        ({"normalizer": "entmax", "alpha": 2.0}, "sparsemax_f32"),
+        ({"normalizer": "entmax", "alpha": 1.7, "dtype": "float64"}, "entmax_f64"),
+        ({"normalizer": "relu"}, "relu_f32"),
+    ],
+)
+def test_graph_for(engine: OnnxEngine, kwargs: dict, graph: str) -> None:
+    t = task(**kwargs)
+    assert engine.unsupported_reason(t) is None
+    assert engine.graph_for(t) == graph
+
+
+def test_unsupported_reasons(engine: OnnxEngine) -> None:
+    t = task()
+    t.dtype = np.dtype(np.float16)
+    assert engine.unsupported_reason(t) == "precision float16 has no ONNX graph (float32 and float64 only)"
+    assert engine.graph_for(t) is None
+    assert "alpha" in engine.unsupported_reason(task("entmax", alpha=None))
+
+
+def test_invalid_input_is_rejected_like_numpy(engine: OnnxEngine) -> None:
+    t = task()
+    t.inputs.key = t.inputs.key[:, :1, :, :4]
+    with pytest.raises(InvalidInput, match="E=4"):
+        engine.run(t)
+    t = task()
+    t.inputs.key_lengths = np.array([1, 9])
+    with pytest.raises(InvalidInput, match="key_lengths"):
+        engine.run(t)
+
+
+def test_results_do_not_alias_between_runs(engine: OnnxEngine) -> None:
+    a = engine.run(task(seed=1))
+    a_out = a.output.copy()
+    engine.run(task(seed=2))
+    np.testing.assert_array_equal(a.output, a_out)
+
+
+def test_concurrent_requests_share_sessions(engine: OnnxEngine) -> None:
+    tasks = [task(n, alpha=1.7 if n == "entmax" else None, seed=i, need_scores=i % 2 == 0)
+             for i, n in enumerate(["softmax", "sparsemax", "entmax15", "entmax", "relu"] * 4)]
+    want = [NumpyEngine().run(t) for t in tasks]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(engine.run, tasks))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.output, w.output, atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(g.weights, w.weights, atol=1e-5, rtol=1e-5)
