@@ -102,6 +102,14 @@ class GraphBuilder:
         self.nodes.append(node)
         return outs[0] if isinstance(out, str) or (out is None and n_out == 1) else outs
 
+    def rename(self, old: str, new: str) -> None:
+        """Rename tensor ``old`` to ``new`` wherever a node produces or consumes it."""
+        for node in self.nodes:
+            for names in (node.input, node.output):
+                for i, name in enumerate(names):
+                    if name == old:
+                        names[i] = new
+
     # ------------------------------------------------------------------- model
     def model(self, doc: str) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, initializer=self.initializers)

@@ -23,7 +23,8 @@ alpha         ()                                     entmax graphs only: alpha >
 and computes semantics.md's pipeline: ``z = (scale Q K^T + bias) / T`` with
 ``-inf`` where ``keep_mask`` is False (by ``Where``: selection, never a
 finite sentinel), a normalizer over the key axis, ``output = A V``. A fully
-masked row gives zero weights and a zero output inside the graph itself.
+masked row gives zero weights and a zero output (inside the primitive graphs;
+by the Attention operator's own spec in the fused ones, and the engine checks).
 
 Two families:
 
@@ -33,11 +34,15 @@ Two families:
   ``-inf`` (never the boolean form, which some runtimes turn into -10000).
   ``softmax_fused_{dtype}`` returns only the output (the weights are never
   materialised as a graph output); ``softmax_fused_weights_{dtype}`` adds the
-  weights (``qk_matmul_output_mode = 3``).
+  weights (``qk_matmul_output_mode = 3``). ONNX Runtime's CPU provider has
+  Attention kernels for float32 and float16 only: for float64 it expands the
+  operator's function body into primitive operators, with the same results.
 - primitive graphs (MatMul, Add, Where, Softmax, TopK, CumSum, ...), one per
   normalizer and dtype, returning output, weights and the scores (the
-  normalizer's input, ``-inf`` where masked). Sessions fetch only what a
-  request needs, and these normalizers materialise the weights anyway.
+  normalizer's input, ``-inf`` where masked). ONNX Runtime runs every node
+  whichever outputs are fetched, and these normalizers materialise the weights
+  anyway, so one variant serves all requests; the scores cost one extra pass
+  only in the softmax graph, which the engine uses only when scores are asked for.
 """
 
 from __future__ import annotations
@@ -108,7 +113,10 @@ class GraphSpec:
             "gqa": True,
             "scale_input": True,
             "temperature_input": True,
-            "fully_masked_rows": "zero output and weights",
+            "fully_masked_rows": (
+                "zero by the Attention operator's spec; the engine zeroes them whatever the runtime did"
+                if self.fused else "zero output and weights, in the graph"
+            ),
         }
 
     def model(self) -> onnx.ModelProto:
@@ -165,6 +173,18 @@ def _row_has_key(g: GraphBuilder, mask_bias: str) -> str:
     return g.op("Greater", row_max, g.const(-np.inf), out="row_has_key")
 
 
+def _zero_empty_rows(g: GraphBuilder, x: str, has_key: str, out: str | None = None) -> str:
+    """``x`` with the rows that keep no key set to 0.
+
+    A broadcast Mul by 0/1, which ONNX Runtime runs about four times faster than a
+    broadcast Where over (batch, q_heads, q_len, kv_len). It turns a finite
+    sentinel's uniform row (the mean of V) into zeros; a NaN row would stay NaN,
+    so callers keep NaN out of such rows (or the engine zeroes them).
+    """
+    row = g.op("Cast", has_key, to=g.onnx_dtype)
+    return g.op("Mul", x, row, out=out)
+
+
 def _shape(g: GraphBuilder, x: str, start: int, end: int | None = None) -> str:
     if end is None:
         return g.op("Shape", x, start=start)
@@ -175,35 +195,29 @@ def _shape(g: GraphBuilder, x: str, start: int, end: int | None = None) -> str:
 
 
 def _build_fused(g: GraphBuilder, *, weights: bool) -> None:
+    """One Attention node and nothing over (B, Hq, L, *) around it.
+
+    Fully masked rows are left to the operator, whose spec (opset 23 with its
+    errata) makes them zero; runtimes that use a finite sentinel instead return
+    the mean of V there, which the engine zeroes (it knows the rows from the keep
+    mask). A guard in the graph would cost a pass over the weights.
+
+    onnx's shape inference gives ``qk_matmul_output`` a last dim of 0 when kv_len
+    is symbolic, so ONNX Runtime logs a shape warning on every run of the weights
+    variant; the engine runs that session at log level error. Reshaping to the
+    runtime shape would silence it at the price of copying the weights.
+    """
     ins = _declare_inputs(g)
     q, mask_bias = _scaled_query_and_mask_bias(g, ins)
-    has_key = _row_has_key(g, mask_bias)
+    outs = ["output", "", "", "weights"] if weights else "output"
+    extra = {"qk_matmul_output_mode": 3} if weights else {}
+    g.op("Attention", q, ins.key, ins.value, mask_bias, out=outs, scale=1.0, **extra)
+    g.output("output", OUT_SHAPE, "A V; fully masked rows zero per the operator's spec")
     if weights:
-        y_raw, _, _, w_raw = g.op(
-            "Attention", q, ins.key, ins.value, mask_bias,
-            out=["attention_y", "", "", "attention_w"], scale=1.0, qk_matmul_output_mode=3,
-        )
-    else:
-        y_raw = g.op("Attention", q, ins.key, ins.value, mask_bias, out="attention_y", scale=1.0)
-    # The Attention spec zeroes fully masked rows, but runtimes have used finite sentinels
-    # (the row becomes the mean of V): select zeros explicitly. Cost: one pass over the output.
-    g.op("Where", has_key, y_raw, g.const(0.0), out="output")
-    g.output("output", OUT_SHAPE, "A V, zero for fully masked rows")
-    if weights:
-        w = g.op("Where", has_key, w_raw, g.const(0.0))
-        # onnx's shape inference gives qk_matmul_output a last dim of 0 without past_key;
-        # reshaping to the runtime shape keeps the declared (symbolic) output shape honest.
-        w_shape = g.op("Concat", _shape(g, ins.query, 0, 3), _shape(g, ins.key, 2, 3), axis=0)
-        g.op("Reshape", w, w_shape, out="weights")
-        g.output("weights", ROW_SHAPE, "attention weights (softmax), zero where masked")
+        g.output("weights", ROW_SHAPE, "attention weights (softmax), 0 where masked")
 
 
 # ---------------------------------------------------------------------- primitive graphs
-
-
-def _normalize_softmax(g: GraphBuilder, z: str, has_key: str) -> str:
-    p = g.op("Softmax", z, axis=-1)
-    return g.op("Where", has_key, p, g.const(0.0))
 
 
 def _shifted(g: GraphBuilder, z: str) -> str:
@@ -314,8 +328,8 @@ def _normalize_entmax_bisect(g: GraphBuilder, z: str, has_key: str, alpha: str =
     return _safe_normalize(g, p)
 
 
+# softmax is built inline in _build_primitive (it needs the row-safe scores)
 NORMALIZER_BUILDERS: dict[str, Callable[[GraphBuilder, str, str], str]] = {
-    "softmax": _normalize_softmax,
     "sparsemax": _normalize_sparsemax,
     "entmax15": _normalize_entmax15,
     "entmax": _normalize_entmax_bisect,
@@ -337,8 +351,17 @@ def _build_primitive(g: GraphBuilder, *, normalizer: str) -> None:
     k_t = g.op("Transpose", ins.key, perm=[0, 1, 3, 2])
     z_grouped = g.op("MatMul", q_grouped, k_t)
     z_raw = g.op("Reshape", z_grouped, g.op("Concat", b_hq_l, s_dim, axis=0))
-    g.op("Add", z_raw, mask_bias, out="scores")
-    if normalizer == "entmax" and g.dtype == "float32":
+    if normalizer == "softmax":
+        # Softmax of an all -inf row is NaN in ONNX Runtime, and NaN * 0 stays NaN: rows
+        # without a key get bias 0 for the Softmax (their raw scores, finite), are zeroed
+        # after it, and get -inf in the scores output (one more pass over (B, Hq, L, S)).
+        row_bias = g.op("Where", has_key, g.const(0.0), g.const(-np.inf))
+        z = g.op("Add", z_raw, g.op("Where", has_key, mask_bias, g.const(0.0)))
+        g.op("Add", z, row_bias, out="scores")
+        g.op("Softmax", z, axis=-1, out="softmax")
+        _zero_empty_rows(g, "softmax", has_key, out="weights")
+    elif normalizer == "entmax" and g.dtype == "float32":
+        g.op("Add", z_raw, mask_bias, out="scores")
         # Near the support boundary p = (x - tau)^(1/(alpha-1)) amplifies float32 rounding of
         # x - tau (for alpha = 3, 3e-8 becomes 2e-4): bisect in float64, as numpy does.
         z64 = g.op("Cast", "scores", to=TensorProto.DOUBLE)
@@ -347,8 +370,9 @@ def _build_primitive(g: GraphBuilder, *, normalizer: str) -> None:
             p64 = _normalize_entmax_bisect(g, z64, has_key, alpha=alpha64)
         g.op("Cast", p64, to=TensorProto.FLOAT, out="weights")
     else:
+        g.op("Add", z_raw, mask_bias, out="scores")
         p = NORMALIZER_BUILDERS[normalizer](g, "scores", has_key)
-        g.op("Identity", p, out="weights")
+        g.rename(p, "weights")  # no Identity: ONNX Runtime would copy (B, Hq, L, S)
     p_grouped = g.op("Reshape", "weights", g.op("Concat", b_hkv, minus1, s_dim, axis=0))
     y_grouped = g.op("MatMul", p_grouped, ins.value)
     g.op("Reshape", y_grouped, g.op("Concat", b_hq_l, _shape(g, ins.value, 3, 4), axis=0), out="output")

@@ -229,6 +229,13 @@ def test_invalid_input_is_rejected_like_numpy(engine: OnnxEngine) -> None:
         engine.run(t)
 
 
+def test_runs_log_nothing(engine: OnnxEngine, capfd: pytest.CaptureFixture[str]) -> None:
+    """No per-request ONNX Runtime warnings (e.g. the fused weights graph's shape warning)."""
+    for kwargs in ({"need_weights": False}, {}, {"need_scores": True}, {"normalizer": "entmax", "alpha": 1.3}):
+        engine.run(task(**kwargs))
+    assert capfd.readouterr().err == ""
+
+
 def test_results_do_not_alias_between_runs(engine: OnnxEngine) -> None:
     a = engine.run(task(seed=1))
     a_out = a.output.copy()

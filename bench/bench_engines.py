@@ -1,0 +1,111 @@
+"""Benchmark: the numpy engine against the ONNX engine, in-process (issue 3).
+
+One run prints a Markdown table: on (1, 8, 128, 64) and (4, 12, 512, 64)
+(B, H, L, E with S = L), softmax, float32, output only and with weights, the
+median time of each engine's ``run(task)`` after warm-up (everything an engine
+does per request: mask building, casts, the session run, fix-ups), the
+attention rate ``4*B*H*L*S*E / time`` as a percentage of this machine's float32
+matmul rate (numpy ``a @ a`` on 2048x2048), and the numpy/ONNX time ratio.
+
+Targets (issue 3): the ONNX engine reaches >= 60% of the matmul rate on the
+large shape, output only; the numpy engine is within 2x of the ONNX engine.
+
+    python bench/bench_engines.py [--repeats 15] [--threads 0] [--scores]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from service.core.types import AttentionInputs, AttentionParams, AttentionTask  # noqa: E402
+from service.engines.numpy_engine import NumpyEngine  # noqa: E402
+from service.engines.onnx_engine import OnnxEngine  # noqa: E402
+from service.export import DEFAULT_MODELS_DIR  # noqa: E402
+
+SHAPES = [(1, 8, 128, 64), (4, 12, 512, 64)]
+
+
+def median_time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def matmul_rate(n: int = 2048, repeats: int = 7) -> float:
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    return 2 * n**3 / median_time(lambda: a @ a, repeats)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15, help="timed runs per cell (median reported)")
+    parser.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads (0: its default)")
+    parser.add_argument("--scores", action="store_true", help="also time weights + scores (the diagnostics path)")
+    args = parser.parse_args(argv)
+
+    onnx = OnnxEngine(DEFAULT_MODELS_DIR, intra_op_threads=args.threads)
+    onnx.start()
+    if not onnx.ready:
+        raise SystemExit(f"ONNX engine not ready: {onnx.describe()['error']}")
+    numpy_engine = NumpyEngine()
+    peak = matmul_rate()
+    describe = onnx.describe()
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}, "
+        f"onnxruntime {describe['onnxruntime_version']} on {onnx.provider}; "
+        f"float32 matmul 2048^3: {peak / 1e9:.1f} GFLOP/s"
+    )
+    print()
+    print("| shape (B, H, L, E), S = L | returns | numpy ms | ONNX ms | ONNX graph | numpy % of matmul | ONNX % of matmul | numpy / ONNX |")
+    print("|---|---|---:|---:|---|---:|---:|---:|")
+    rng = np.random.default_rng(0)
+    results = {}
+    variants = [("output", False, False), ("output + weights", True, False)]
+    if args.scores:
+        variants.append(("output + weights + scores", True, True))
+    for shape in SHAPES:
+        B, H, L, E = shape
+        q, k, v = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
+        flops = 4 * B * H * L * L * E
+        for label, need_weights, need_scores in variants:
+            task = AttentionTask(
+                inputs=AttentionInputs(query=q, key=k, value=v),
+                params=AttentionParams(),
+                dtype=np.dtype(np.float32),
+                need_weights=need_weights,
+                need_scores=need_scores,
+            )
+            t_np = median_time(lambda: numpy_engine.run(task), args.repeats)
+            t_onnx = median_time(lambda: onnx.run(task), args.repeats)
+            results[(shape, label)] = (t_np, t_onnx, flops)
+            print(
+                f"| {shape} | {label} | {t_np * 1e3:.2f} | {t_onnx * 1e3:.2f} | {onnx.graph_for(task)} | "
+                f"{100 * flops / t_np / peak:.0f}% | {100 * flops / t_onnx / peak:.0f}% | {t_np / t_onnx:.2f} |"
+            )
+    print()
+    t_np, t_onnx, flops = results[(SHAPES[-1], "output")]
+    share = flops / t_onnx / peak
+    print(f"target 1: ONNX >= 60% of the matmul rate on {SHAPES[-1]}, output only: {100 * share:.0f}% "
+          f"({'met' if share >= 0.6 else 'NOT met'})")
+    worst = max(r[0] / r[1] for r in results.values())
+    print(f"target 2: numpy within 2x of ONNX: worst ratio {worst:.2f} ({'met' if worst <= 2 else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    main()
