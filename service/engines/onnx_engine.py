@@ -158,7 +158,6 @@ class OnnxEngine:
         self._error: str | None = None
         self._warnings: list[str] = []
         self._manifest: dict[str, Any] | None = None
-        self._graphs: list[dict[str, Any]] = []  # manifest entries, in preference order
         self._sessions: dict[str, Any] = {}
         self._input_names: dict[str, frozenset[str]] = {}
         self._timings: dict[str, dict[str, float]] = {}
@@ -230,13 +229,23 @@ class OnnxEngine:
             timings[g["name"]] = {"load_ms": round((t1 - t0) * 1e3, 3), "warmup_ms": round((t2 - t1) * 1e3, 3)}
         first = next(iter(sessions.values()), None)
         self._active_providers = list(first.get_providers()) if first is not None else []
+        if self._active_providers[:1] != self._requested_providers[:1]:
+            # e.g. onnxruntime-gpu installed but CUDA libraries missing: ORT falls back to CPU
+            msg = (f"requested execution provider {self._requested_providers[0]} but the sessions run on "
+                   f"{', '.join(self._active_providers) or 'nothing'}")
+            self._warnings.append(msg)
+            logger.warning("%s", msg)
         self._manifest = manifest
-        self._graphs = list(manifest["graphs"])
         self._sessions = sessions
         self._input_names = {name: frozenset(i.name for i in s.get_inputs()) for name, s in sessions.items()}
         self._timings = timings
 
     # ------------------------------------------------------------------ protocol
+    @property
+    def _graphs(self) -> list[dict[str, Any]]:
+        """Manifest entries of the loaded graphs, in order of preference."""
+        return self._manifest["graphs"] if self._manifest is not None else []
+
     @property
     def provider(self) -> str:
         """The execution provider the sessions run on (``session.get_providers()[0]``)."""
@@ -255,6 +264,8 @@ class OnnxEngine:
             return None
         if self._state == "failed":
             return f"the ONNX engine failed to start: {self._error}"
+        if self._state == "starting":
+            return "the ONNX engine is still starting (verifying, loading and warming up its graphs)"
         return "the ONNX engine is not started yet (it loads and warms up its graphs at start-up)"
 
     def graph_for(self, task: AttentionTask) -> str | None:
