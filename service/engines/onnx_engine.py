@@ -270,13 +270,14 @@ class OnnxEngine:
 
     def graph_for(self, task: AttentionTask) -> str | None:
         """Name of the graph that would run ``task`` (None when no graph serves it)."""
-        supports = self._request_key(task)
-        if isinstance(supports, str):
+        key = self._request_key(task)
+        if isinstance(key, str):
             return None
-        normalizer, dtype, outputs = supports
+        normalizer, dtype, outputs, masked = key
         for g in self._graphs:
             s = g["supports"]
-            if s["normalizer"] == normalizer and s["dtype"] == dtype and outputs <= set(s["outputs"]):
+            if (s["normalizer"] == normalizer and s["dtype"] == dtype and outputs <= set(s["outputs"])
+                    and (s["masking"] or not masked)):
                 return g["name"]
         return None
 
@@ -287,13 +288,14 @@ class OnnxEngine:
         if isinstance(key, str):
             return key
         if self.graph_for(task) is None:
-            normalizer, dtype, outputs = key
+            normalizer, dtype, outputs, _ = key
             return (f"no ONNX graph in {self.models_dir} serves normalizer {normalizer} in {dtype} "
                     f"with outputs {', '.join(sorted(outputs))}")
         return None
 
-    def _request_key(self, task: AttentionTask) -> tuple[str, str, set[str]] | str:
-        """(normalizer of the graph, dtype name, outputs needed), or the reason no graph can serve it."""
+    def _request_key(self, task: AttentionTask) -> tuple[str, str, set[str], bool] | str:
+        """(normalizer of the graph, dtype name, outputs needed, whether anything masks),
+        or the reason no graph can serve the task."""
         dtype = np.dtype(task.dtype).name
         if dtype not in SUPPORTED_DTYPES:
             return f"precision {dtype} has no ONNX graph (float32 and float64 only)"
@@ -309,7 +311,9 @@ class OnnxEngine:
             outputs.add("weights")
         if task.need_scores:
             outputs.add("scores")
-        return normalizer, dtype, outputs
+        inputs = task.inputs
+        masked = inputs.mask is not None or task.params.causal is not None or inputs.key_lengths is not None
+        return normalizer, dtype, outputs, masked
 
     def run(self, task: AttentionTask) -> AttentionResult:
         if not self.ready:
@@ -327,27 +331,25 @@ class OnnxEngine:
 
         keep = keep_mask(B, Hq, L, S, mask=inputs.mask, causal=params.causal, key_lengths=inputs.key_lengths)
         valid_keys = valid_key_counts(keep, target)
-        if keep is None:
-            keep_feed = np.ones((1, 1, L, S), dtype=bool)
-        else:
-            # the Attention operator needs the mask's last two dims to be exactly (L, S)
-            keep_feed = np.ascontiguousarray(np.broadcast_to(keep, keep.shape[:2] + (L, S)))
-        mask = inputs.mask
-        if mask is not None and np.asarray(mask).dtype != bool:
-            bias = np.ascontiguousarray(as_4d_mask(np.asarray(mask), target), dtype=dtype)
-        else:
-            bias = np.zeros((1, 1, 1, 1), dtype=dtype)
         scale = params.scale if params.scale is not None else 1.0 / math.sqrt(dims.E)
         feeds = {
             "query": np.ascontiguousarray(promote_to_4d(inputs.query), dtype=dtype),
             "key": np.ascontiguousarray(promote_to_4d(inputs.key), dtype=dtype),
             "value": np.ascontiguousarray(promote_to_4d(inputs.value), dtype=dtype),
-            "keep_mask": keep_feed,
-            "bias": bias,
             "scale": np.array(scale, dtype=dtype),
             "temperature": np.array(params.temperature, dtype=dtype),
         }
-        if "alpha" in self._input_names[name]:
+        graph_inputs = self._input_names[name]
+        if "keep_mask" in graph_inputs:
+            # the Attention operator needs the mask's last two dims to be exactly (L, S)
+            keep4 = np.ones((1, 1, 1, 1), dtype=bool) if keep is None else keep
+            feeds["keep_mask"] = np.ascontiguousarray(np.broadcast_to(keep4, keep4.shape[:2] + (L, S)))
+            mask = inputs.mask
+            if mask is not None and np.asarray(mask).dtype != bool:
+                feeds["bias"] = np.ascontiguousarray(as_4d_mask(np.asarray(mask), target), dtype=dtype)
+            else:
+                feeds["bias"] = np.zeros((1, 1, 1, 1), dtype=dtype)
+        if "alpha" in graph_inputs:
             feeds["alpha"] = np.array(params.alpha, dtype=dtype)
         wanted = ["output"] + (["weights"] if task.need_weights else []) + (["scores"] if task.need_scores else [])
         fetched = dict(zip(wanted, self._sessions[name].run(wanted, feeds)))

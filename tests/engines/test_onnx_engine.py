@@ -30,16 +30,16 @@ def engine() -> OnnxEngine:
 
 
 def task(normalizer: str = "softmax", *, alpha: float | None = None, dtype: str = "float32", need_weights: bool = True,
-         need_scores: bool = False, seed: int = 0) -> AttentionTask:
+         need_scores: bool = False, seed: int = 0, masked: bool = True) -> AttentionTask:
     rng = np.random.default_rng(seed)
     return AttentionTask(
         inputs=AttentionInputs(
             query=rng.standard_normal((2, 4, 5, 8)),
             key=rng.standard_normal((2, 2, 6, 8)),
             value=rng.standard_normal((2, 2, 6, 3)),
-            mask=rng.random((2, 1, 5, 6)) > 0.2,
+            mask=rng.random((2, 1, 5, 6)) > 0.2 if masked else None,
         ),
-        params=AttentionParams(normalizer=normalizer, alpha=alpha, causal="bottom_right"),
+        params=AttentionParams(normalizer=normalizer, alpha=alpha, causal="bottom_right" if masked else None),
         dtype=np.dtype(dtype),
         need_weights=need_weights,
         need_scores=need_scores,
@@ -192,6 +192,9 @@ def test_unavailable_configured_provider_is_reported(caplog: pytest.LogCaptureFi
     ("kwargs", "graph"),
     [
         ({"need_weights": False}, "softmax_fused_f32"),
+        ({"need_weights": False, "masked": False}, "softmax_fused_nomask_f32"),
+        ({"need_weights": False, "masked": False, "dtype": "float64"}, "softmax_fused_nomask_f64"),
+        ({"masked": False}, "softmax_fused_weights_f32"),
         ({}, "softmax_fused_weights_f32"),
         ({"need_scores": True}, "softmax_f32"),
         ({"dtype": "float64", "need_weights": False}, "softmax_fused_f64"),
@@ -231,7 +234,8 @@ def test_invalid_input_is_rejected_like_numpy(engine: OnnxEngine) -> None:
 
 def test_runs_log_nothing(engine: OnnxEngine, capfd: pytest.CaptureFixture[str]) -> None:
     """No per-request ONNX Runtime warnings (e.g. the fused weights graph's shape warning)."""
-    for kwargs in ({"need_weights": False}, {}, {"need_scores": True}, {"normalizer": "entmax", "alpha": 1.3}):
+    for kwargs in ({"need_weights": False}, {"need_weights": False, "masked": False}, {}, {"need_scores": True},
+                   {"normalizer": "entmax", "alpha": 1.3}):
         engine.run(task(**kwargs))
     assert capfd.readouterr().err == ""
 

@@ -169,14 +169,16 @@ def test_parity_every_normalizer_mask_and_causal_alignment(onnx_engine: OnnxEngi
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}Hq{}Hkv{}L{}S{}E{}Ev{}".format(*s))
 @pytest.mark.parametrize("causal", CAUSAL)
 def test_parity_softmax_every_shape_and_output_set(onnx_engine: OnnxEngine, shape, causal, dtype) -> None:
-    """Output only (the fused graph), with weights (fused, weights out) and with scores (primitive)."""
+    """Output only (the fused graph; without mask inputs when nothing masks), with weights (fused,
+    weights out) and with scores (primitive)."""
     rng = np.random.default_rng(7)
     for need_weights, need_scores, graph in [
-        (False, False, "softmax_fused_"),
+        (False, False, "softmax_fused_nomask_" if causal is None else "softmax_fused_f"),
         (True, False, "softmax_fused_weights_"),
         (True, True, "softmax_f"),
     ]:
-        task = make_task(rng, shape, mask="bool", causal=causal, dtype=dtype, need_weights=need_weights, need_scores=need_scores)
+        task = make_task(rng, shape, mask="none" if causal is None else "bool", causal=causal, dtype=dtype,
+                         need_weights=need_weights, need_scores=need_scores)
         assert onnx_engine.graph_for(task).startswith(graph)
         check(onnx_engine, task)
 

@@ -78,7 +78,12 @@ def test_graph_is_valid_onnx_and_matches_its_manifest_entry(spec, manifest: dict
     if not spec.fused:
         assert "scores" in entry["supports"]["outputs"]
     assert entry["supports"]["dtype"] == spec.dtype
-    assert set(entry["supports"]["causal"]) == {"top_left", "bottom_right"}
+    inputs = {i["name"] for i in entry["inputs"]}
+    if spec.masked:
+        assert {"keep_mask", "bias"} <= inputs
+        assert set(entry["supports"]["causal"]) == {"top_left", "bottom_right"}
+    else:
+        assert not inputs & {"keep_mask", "bias"} and entry["supports"]["causal"] == []
 
 
 def test_every_normalizer_and_dtype_has_a_graph(manifest: dict) -> None:
