@@ -19,19 +19,15 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from service.core.types import AttentionInputs, AttentionParams, AttentionTask  # noqa: E402
-from service.engines.numpy_engine import NumpyEngine  # noqa: E402
-from service.engines.onnx_engine import OnnxEngine  # noqa: E402
-from service.export import DEFAULT_MODELS_DIR  # noqa: E402
+from service.core.types import AttentionInputs, AttentionParams, AttentionTask
+from service.engines.numpy_engine import NumpyEngine
+from service.engines.onnx_engine import OnnxEngine
+from service.export import DEFAULT_MODELS_DIR
 
 SHAPES = [(1, 8, 128, 64), (4, 12, 512, 64)]
 

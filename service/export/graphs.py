@@ -189,9 +189,8 @@ def _zero_empty_rows(g: GraphBuilder, x: str, has_key: str, out: str | None = No
     """``x`` with the rows that keep no key set to 0.
 
     A broadcast Mul by 0/1, which ONNX Runtime runs about four times faster than a
-    broadcast Where over (batch, q_heads, q_len, kv_len). It turns a finite
-    sentinel's uniform row (the mean of V) into zeros; a NaN row would stay NaN,
-    so callers keep NaN out of such rows (or the engine zeroes them).
+    broadcast Where over (batch, q_heads, q_len, kv_len); NaN rows would stay NaN,
+    so the caller keeps NaN out of them.
     """
     row = g.op("Cast", has_key, to=g.onnx_dtype)
     return g.op("Mul", x, row, out=out)
@@ -271,7 +270,7 @@ def _gather_at_support(g: GraphBuilder, values: str, support: str) -> tuple[str,
     return g.op("GatherElements", values, idx, axis=-1), size1
 
 
-def _normalize_sparsemax(g: GraphBuilder, z: str, has_key: str) -> str:
+def _normalize_sparsemax(g: GraphBuilder, z: str) -> str:
     x = _shifted(g, z)
     srt0, cand, k = _sorted_candidates(g, x)
     c = g.op("Sub", g.op("CumSum", srt0, g.const(-1, np.int64)), g.const(1.0))
@@ -281,7 +280,7 @@ def _normalize_sparsemax(g: GraphBuilder, z: str, has_key: str) -> str:
     return g.op("Relu", g.op("Sub", x, tau))
 
 
-def _normalize_entmax15(g: GraphBuilder, z: str, has_key: str) -> str:
+def _normalize_entmax15(g: GraphBuilder, z: str) -> str:
     x = g.op("Mul", _shifted(g, z), g.const(0.5))
     srt0, cand, k = _sorted_candidates(g, x)
     axis = g.const(-1, np.int64)
@@ -303,12 +302,12 @@ def _safe_normalize(g: GraphBuilder, p: str) -> str:
     return g.op("Div", p, s_safe)
 
 
-def _normalize_relu(g: GraphBuilder, z: str, has_key: str) -> str:
+def _normalize_relu(g: GraphBuilder, z: str) -> str:
     # Not shift invariant: no max subtraction. Masked entries are -inf -> relu 0.
     return _safe_normalize(g, g.op("Relu", z))
 
 
-def _normalize_entmax_bisect(g: GraphBuilder, z: str, has_key: str, alpha: str = "alpha") -> str:
+def _normalize_entmax_bisect(g: GraphBuilder, z: str, alpha: str = "alpha") -> str:
     """alpha-entmax by bisection on tau, as the entmax package's ``entmax_bisect``.
 
     ``x = (alpha-1)(z - max)``; tau in ``[-1, -(1/n)^(alpha-1)]`` with n the number of
@@ -348,8 +347,9 @@ def _normalize_entmax_bisect(g: GraphBuilder, z: str, has_key: str, alpha: str =
     return _safe_normalize(g, p)
 
 
-# softmax is built inline in _build_primitive (it needs the row-safe scores)
-NORMALIZER_BUILDERS: dict[str, Callable[[GraphBuilder, str, str], str]] = {
+# Each maps the scores (-inf where masked) to the weights; rows without a key come out 0
+# (no inf - inf, no 0/0). softmax is built inline in _build_primitive.
+NORMALIZER_BUILDERS: dict[str, Callable[[GraphBuilder, str], str]] = {
     "sparsemax": _normalize_sparsemax,
     "entmax15": _normalize_entmax15,
     "entmax": _normalize_entmax_bisect,
@@ -360,7 +360,6 @@ NORMALIZER_BUILDERS: dict[str, Callable[[GraphBuilder, str, str], str]] = {
 def _build_primitive(g: GraphBuilder, *, normalizer: str) -> None:
     ins = _declare_inputs(g, alpha=normalizer == "entmax")
     q, mask_bias = _scaled_query_and_mask_bias(g, ins)
-    has_key = _row_has_key(g, mask_bias)
     # Grouped-query attention without copying K/V: the G query heads of one kv head are
     # contiguous, so (B, Hq, L, E) reshapes to (B, Hkv, G*L, E) and one MatMul serves them.
     b_hkv = _shape(g, ins.key, 0, 2)
@@ -375,6 +374,7 @@ def _build_primitive(g: GraphBuilder, *, normalizer: str) -> None:
         # Softmax of an all -inf row is NaN in ONNX Runtime, and NaN * 0 stays NaN: rows
         # without a key get bias 0 for the Softmax (their raw scores, finite), are zeroed
         # after it, and get -inf in the scores output (one more pass over (B, Hq, L, S)).
+        has_key = _row_has_key(g, mask_bias)
         row_bias = g.op("Where", has_key, g.const(0.0), g.const(-np.inf))
         z = g.op("Add", z_raw, g.op("Where", has_key, mask_bias, g.const(0.0)))
         g.op("Add", z, row_bias, out="scores")
@@ -387,11 +387,11 @@ def _build_primitive(g: GraphBuilder, *, normalizer: str) -> None:
         z64 = g.op("Cast", "scores", to=TensorProto.DOUBLE)
         with g.computing_in("float64"):
             alpha64 = g.op("Cast", "alpha", to=TensorProto.DOUBLE)
-            p64 = _normalize_entmax_bisect(g, z64, has_key, alpha=alpha64)
+            p64 = _normalize_entmax_bisect(g, z64, alpha=alpha64)
         g.op("Cast", p64, to=TensorProto.FLOAT, out="weights")
     else:
         g.op("Add", z_raw, mask_bias, out="scores")
-        p = NORMALIZER_BUILDERS[normalizer](g, "scores", has_key)
+        p = NORMALIZER_BUILDERS[normalizer](g, "scores")
         g.rename(p, "weights")  # no Identity: ONNX Runtime would copy (B, Hq, L, S)
     p_grouped = g.op("Reshape", "weights", g.op("Concat", b_hkv, minus1, s_dim, axis=0))
     y_grouped = g.op("MatMul", p_grouped, ins.value)
