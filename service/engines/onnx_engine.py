@@ -193,6 +193,13 @@ class OnnxEngine:
         self._ort_version = ort.__version__
         self._available_providers = list(ort.get_available_providers())
         self._requested_providers, self._warnings = choose_providers(self._available_providers, self.configured_providers)
+        if {"CUDAExecutionProvider", "TensorrtExecutionProvider"} & set(self._requested_providers):
+            # onnxruntime-gpu finds CUDA and cuDNN installed from PyPI (onnxruntime-gpu[cuda,cudnn])
+            # only once they are preloaded; system-wide libraries work either way.
+            try:
+                ort.preload_dlls()
+            except Exception as exc:  # pragma: no cover - GPU machines only
+                self._warnings.append(f"onnxruntime.preload_dlls() failed: {type(exc).__name__}: {exc}")
         for w in self._warnings:
             logger.warning("%s", w)
         manifest, blobs = verify_models(self.models_dir)
