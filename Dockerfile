@@ -1,0 +1,107 @@
+# Attention inference service image (CPU by default).
+#
+#   docker build -t attention-service .
+#   docker run --rm -p 8000:8000 attention-service
+#
+# BASE_IMAGE must be a Debian-family image with python3 (>= 3.11) and the
+# venv module; both stages use it, so the virtualenv built in the first stage
+# finds the same interpreter in the second. Machines without a registry build
+# on a local base instead (deploy/podman/build-and-smoke.sh makes one with
+# debootstrap).
+#
+# GPU variant: --build-arg EXTRAS=gpu installs onnxruntime-gpu in place of
+# onnxruntime. It needs a CUDA base image: one with the CUDA runtime libraries
+# of the CUDA major version that onnxruntime-gpu release was built against
+# (onnxruntime-gpu 1.31.1, what `>=1.20,<2` resolves to today, loads
+# libcudart.so.13 and libcublas.so.13, i.e. CUDA 13) and cuDNN 9, plus python3
+# >= 3.11 with venv; e.g. an nvidia/cuda:<13.x>-cudnn-runtime-ubuntu24.04 image
+# with python3-venv added. Run it with the GPU passed through (`docker run
+# --gpus all`, or an nvidia.com/gpu limit on Kubernetes) and
+# ATTN_ONNX_PROVIDERS='["cuda","cpu"]'. On a base without those libraries the
+# CUDA provider fails to load, ONNX Runtime logs the error and the service runs
+# on CPU (GET /v1/engines shows the active providers).
+
+ARG BASE_IMAGE=python:3.11-slim
+
+# --- build: a virtualenv with the service and its dependencies ---------------
+FROM ${BASE_IMAGE} AS build
+
+# Extras of pyproject.toml to install, comma-separated ("" or "gpu").
+ARG EXTRAS=""
+
+# No PYTHONDONTWRITEBYTECODE here: pip compiles the bytecode now, so that the
+# read-only runtime never needs to.
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# Debian's python refuses system-wide installs (PEP 668): everything goes into
+# /opt/venv, which the runtime stage copies as a whole.
+RUN python3 -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir --upgrade pip
+
+WORKDIR /src
+
+# Dependencies first, from pyproject.toml alone, so that code changes do not
+# reinstall them.
+COPY pyproject.toml deploy/docker/requirements_from_pyproject.py ./
+RUN /opt/venv/bin/python requirements_from_pyproject.py pyproject.toml "$EXTRAS" > requirements.txt \
+ && /opt/venv/bin/pip install --no-cache-dir -r requirements.txt
+
+COPY README.md ./
+COPY service/ service/
+# --no-deps: the dependencies are in already (and with EXTRAS=gpu, the CPU
+# onnxruntime of the base dependencies must stay out).
+RUN /opt/venv/bin/pip install --no-cache-dir --no-deps . \
+ && /opt/venv/bin/python -c "import service.app, onnxruntime; print('onnxruntime', onnxruntime.__version__, onnxruntime.get_available_providers())"
+
+# --- runtime ----------------------------------------------------------------
+FROM ${BASE_IMAGE} AS runtime
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# tini as PID 1: forwards SIGTERM to the server and reaps the worker processes
+# uvicorn forks with ATTN_WORKERS > 1. (Without it, run with `docker run --init`.)
+# DL3008 (pin apt versions) is ignored on purpose: tini comes from the base's
+# own Debian release, whose exact version strings change with every point
+# release and security update; a pin would break the build, not make it safer.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends tini \
+ && apt-get clean \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid 10001 app \
+ && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin app
+
+COPY --from=build /opt/venv /opt/venv
+COPY --chown=root:root models/ /app/models/
+
+# The package is installed (not editable), so its default models dir would be
+# inside site-packages: point it at the graphs copied above.
+# PYTHONDONTWRITEBYTECODE: the root file system may be read-only (pip compiled
+# the bytecode at install time).
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HOME=/tmp \
+    ATTN_HOST=0.0.0.0 \
+    ATTN_PORT=8000 \
+    ATTN_MODELS_DIR=/app/models
+
+WORKDIR /app
+USER 10001:10001
+EXPOSE 8000
+
+# Liveness only: the process answers. Readiness (/readyz, 503 until the ONNX
+# sessions are warm) belongs to the orchestrator (compose, Kubernetes).
+# Python, not curl: slim images have no curl.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('ATTN_PORT', '8000'), timeout=4)"]
+
+# On SIGTERM the server stops accepting, lets requests in flight finish (up to
+# ATTN_SHUTDOWN_GRACE_S) and exits 0; `tini -e 143` also maps an exit "by
+# SIGTERM" (uvicorn re-raises the signal it caught) to 0, not to a crash.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/bin/tini", "-e", "143", "--", "python", "-m", "service"]
+CMD ["serve"]
