@@ -10,16 +10,20 @@
 # debootstrap).
 #
 # GPU variant: --build-arg EXTRAS=gpu installs onnxruntime-gpu in place of
-# onnxruntime. It needs a CUDA base image: one with the CUDA runtime libraries
-# of the CUDA major version that onnxruntime-gpu release was built against
-# (onnxruntime-gpu 1.31.1, what `>=1.20,<2` resolves to today, loads
-# libcudart.so.13 and libcublas.so.13, i.e. CUDA 13) and cuDNN 9, plus python3
-# >= 3.11 with venv; e.g. an nvidia/cuda:<13.x>-cudnn-runtime-ubuntu24.04 image
-# with python3-venv added. Run it with the GPU passed through (`docker run
-# --gpus all`, or an nvidia.com/gpu limit on Kubernetes) and
-# ATTN_ONNX_PROVIDERS='["cuda","cpu"]'. On a base without those libraries the
-# CUDA provider fails to load, ONNX Runtime logs the error and the service runs
-# on CPU (GET /v1/engines shows the active providers).
+# onnxruntime. onnxruntime-gpu 1.31.1 (what `>=1.20,<2` resolves to today)
+# loads CUDA 13 (libcudart.so.13, libcublas.so.13) and cuDNN 9, which the image
+# must then hold, either
+#   - from a CUDA base image: BASE_IMAGE=an nvidia/cuda:<13.x>-cudnn-runtime
+#     image with python3 >= 3.11 and python3-venv, or
+#   - from PyPI, on the default base: the extra as onnxruntime-gpu[cuda,cudnn]
+#     (nvidia-cuda-runtime, nvidia-cublas, nvidia-cudnn-cu13, ...; the ONNX
+#     engine preloads them), several GB larger.
+# Either way the host provides the NVIDIA driver (new enough for CUDA 13) and
+# passes the GPU in (`docker run --gpus all`, `podman run --device
+# nvidia.com/gpu=all` with CDI, or an nvidia.com/gpu limit on Kubernetes); set
+# ATTN_ONNX_PROVIDERS='["cuda","cpu"]' (TensorRT is not installed). Without
+# the libraries the CUDA provider fails to load, ONNX Runtime logs the error
+# and the service runs on CPU (GET /v1/engines shows the active providers).
 
 ARG BASE_IMAGE=python:3.11-slim
 
