@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: serve test bench bench-engines export-models clean
+.PHONY: serve test bench bench-engines export-models image smoke-podman clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ bench: $(VENV)/.installed
 
 export-models: $(VENV)/.installed
 	$(BIN)/python -m service export-models
+
+image:
+	docker build -t attention-service .
+
+smoke-podman:
+	deploy/podman/build-and-smoke.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
