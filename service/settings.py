@@ -43,6 +43,17 @@ class Settings(BaseSettings):
         256 << 20, ge=1024, description="Largest estimated size of one response body, in bytes."
     )
 
+    # HTTP response compression (request bodies inflate up to max_body_bytes)
+    gzip_min_bytes: int = Field(
+        64 << 10, ge=0, description="Responses at least this large are gzip-compressed when the client accepts gzip."
+    )
+    gzip_level: int = Field(1, ge=0, le=9, description="zlib level of response compression; 0 turns it off.")
+    inline_max_body_bytes: int = Field(
+        2048, ge=0,
+        description="Requests with a body this small run on the event loop (their work costs less than a thread hop); "
+        "larger ones in the thread pool.",
+    )
+
     # Engines
     models_dir: Path = DEFAULT_MODELS_DIR
     enable_onnx: bool = True

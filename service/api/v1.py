@@ -8,13 +8,12 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, Request
 from pydantic import ValidationError
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from service.api import budget, codecs
 from service.api.errors import ProblemError, pydantic_errors, summarize
 from service.api.schemas import AttentionRequest, AttentionResponse, Problem, SoftmaxRequest, SoftmaxResponse
-from service.api.wire import json_response, read_json_object
+from service.api.wire import json_response, parse_json_object, read_body, run_cpu
 from service.core.attention import check_dims, check_params
 from service.core.diagnostics import attention_diagnostics, probability_diagnostics
 from service.core.probabilities import normalize_logits
@@ -170,11 +169,13 @@ async def post_attention(request: Request) -> Response:
     Pipeline (semantics.md): `scores = scale * Q K^T`, plus the mask bias, divided by the
     temperature, normalized over the keys, then `output = A V`. Fully masked rows give zeros.
     """
-    runtime = _runtime(request)
-    obj = await read_json_object(request)
-    req = _validate(AttentionRequest, obj)
-    body = await run_in_threadpool(_compute_attention, runtime, req)
-    return json_response(body)
+    raw = await read_body(request)
+    return await run_cpu(request, len(raw), _attention_response, _runtime(request), raw)
+
+
+def _attention_response(runtime: Runtime, raw: bytes) -> Response:
+    """Parse, validate, compute and serialize: all the CPU work of one request (see ``run_cpu``)."""
+    return json_response(_compute_attention(runtime, _validate(AttentionRequest, parse_json_object(raw))))
 
 
 def _compute_softmax(runtime: Runtime, req: SoftmaxRequest) -> dict[str, Any]:
@@ -233,8 +234,9 @@ def _compute_softmax(runtime: Runtime, req: SoftmaxRequest) -> dict[str, Any]:
 )
 async def post_softmax(request: Request) -> Response:
     """Softmax (optionally with log-probabilities), sparsemax, entmax or ReLU normalization of a logits tensor."""
-    runtime = _runtime(request)
-    obj = await read_json_object(request)
-    req = _validate(SoftmaxRequest, obj)
-    body = await run_in_threadpool(_compute_softmax, runtime, req)
-    return json_response(body)
+    raw = await read_body(request)
+    return await run_cpu(request, len(raw), _softmax_response, _runtime(request), raw)
+
+
+def _softmax_response(runtime: Runtime, raw: bytes) -> Response:
+    return json_response(_compute_softmax(runtime, _validate(SoftmaxRequest, parse_json_object(raw))))
