@@ -57,14 +57,21 @@ def _budget(runtime: Runtime) -> budget.Budget:
     return budget.Budget(max_work_flops=s.max_work_flops, max_response_bytes=s.max_response_bytes)
 
 
+def decode_tensor(value: Any, name: str, *, kind: codecs.TensorKind = "float", limits: codecs.TensorLimits) -> np.ndarray:
+    """A wire tensor decoded into numpy; an array is taken as it is (/v2 decodes its own tensors and checks their limits)."""
+    if isinstance(value, np.ndarray):
+        return value
+    return codecs.decode_tensor(value, name, kind=kind, limits=limits)
+
+
 def build_attention_task(req: AttentionRequest, runtime: Runtime) -> AttentionTask:
     """Decode and check a request's tensors, enforce the budget, and build the engine task."""
     limits = _limits(runtime)
     dtype = np.dtype(req.precision)
-    query = codecs.decode_tensor(req.query, "query", limits=limits)
-    key = codecs.decode_tensor(req.key, "key", limits=limits)
-    value = codecs.decode_tensor(req.value, "value", limits=limits)
-    mask = None if req.mask is None else codecs.decode_tensor(req.mask, "mask", kind="mask", limits=limits)
+    query = decode_tensor(req.query, "query", limits=limits)
+    key = decode_tensor(req.key, "key", limits=limits)
+    value = decode_tensor(req.value, "value", limits=limits)
+    mask = None if req.mask is None else decode_tensor(req.mask, "mask", kind="mask", limits=limits)
     dims = check_dims(query.shape, key.shape, value.shape)
     params = AttentionParams(
         normalizer=req.normalizer,
@@ -181,11 +188,11 @@ def _attention_response(runtime: Runtime, raw: bytes) -> Response:
 def _compute_softmax(runtime: Runtime, req: SoftmaxRequest) -> dict[str, Any]:
     t0 = time.perf_counter()
     limits = _limits(runtime)
-    logits = codecs.decode_tensor(req.logits, "logits", kind="logits", limits=limits)
+    logits = decode_tensor(req.logits, "logits", kind="logits", limits=limits)
     dtype = np.dtype(req.precision)
     logits = codecs.cast_checked(logits, dtype, "logits")
     codecs.check_finite(logits, "logits")
-    mask = None if req.mask is None else codecs.decode_tensor(req.mask, "mask", kind="mask", limits=limits)
+    mask = None if req.mask is None else decode_tensor(req.mask, "mask", kind="mask", limits=limits)
     if mask is not None and mask.dtype != bool:
         with np.errstate(over="ignore"):
             mask = np.asarray(mask, dtype=dtype)

@@ -1,0 +1,366 @@
+"""Tensors of the Open Inference Protocol: JSON ``data`` and the binary tensor data extension.
+
+The binary extension is implemented as Triton and KServe do it
+(Triton's ``docs/protocol/extension_binary_data.md``):
+
+- a request or response body is the JSON inference object followed by the raw
+  tensors, and the ``Inference-Header-Content-Length`` header gives the length
+  of the JSON part (without the header the whole body is JSON);
+- an input sent as binary has ``parameters.binary_data_size`` (bytes), and the
+  binary inputs follow the JSON in the order the inputs are listed;
+- an output is returned as binary when its request has
+  ``parameters.binary_data: true``, or when the request's
+  ``parameters.binary_data_output`` is true and the output does not say
+  otherwise; it then carries ``parameters.binary_data_size``;
+- raw tensors are little-endian and row-major, without padding; BOOL is one
+  byte (0 or 1).
+
+Binary inputs become numpy arrays over the request body (``np.frombuffer``, no
+copy unless the offset leaves them misaligned); JSON ``data`` (flat or nested)
+goes through one ``np.array`` call. A response is written once into a single
+buffer: the JSON header from orjson (numpy arrays serialized natively),
+then each binary output.
+
+Every malformed request raises a 400 :class:`ProblemError`; nothing a client
+sends leads to an unhandled exception.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from service.api import codecs
+from service.api.errors import ProblemError
+from service.api.wire import JSON_OPTIONS, _fallback
+
+DATATYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype(bool),
+    "UINT8": np.dtype("<u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+}
+"""The protocol's fixed-size datatypes (BYTES has no use here and is rejected)."""
+
+OUTPUT_DATATYPES: dict[np.dtype, str] = {
+    np.dtype(np.float32): "FP32",
+    np.dtype(np.float64): "FP64",
+    np.dtype(bool): "BOOL",
+}
+
+HEADER_LENGTH = "inference-header-content-length"
+
+# Request parameters of the protocol and of Triton's client that carry no meaning here.
+PROTOCOL_PARAMETERS = frozenset(
+    {"binary_data_output", "timeout", "priority", "sequence_id", "sequence_start", "sequence_end"}
+)
+
+
+def bad(message: str) -> ProblemError:
+    """A 400: the request does not follow the protocol or names something that does not exist."""
+    return ProblemError(400, message)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """A model input or output: the datatypes it takes (the first is advertised) and its ranks."""
+
+    name: str
+    datatypes: tuple[str, ...]
+    min_rank: int = 2
+    max_rank: int = 4
+    optional: bool = False
+    description: str = ""
+
+    def metadata(self) -> dict[str, Any]:
+        """The protocol's ``$metadata_tensor`` (variable dimensions are -1), plus the other datatypes accepted."""
+        meta: dict[str, Any] = {"name": self.name, "datatype": self.datatypes[0], "shape": [-1] * self.max_rank}
+        if len(self.datatypes) > 1:
+            meta["datatypes"] = list(self.datatypes)
+        if self.optional:
+            meta["optional"] = True
+        if self.description:
+            meta["description"] = self.description
+        return meta
+
+
+@dataclass(slots=True)
+class InferRequest:
+    """A parsed inference request: decoded inputs and what the client asked of the outputs."""
+
+    id: str | None
+    parameters: dict[str, Any]
+    inputs: dict[str, np.ndarray]
+    datatypes: dict[str, str]
+    outputs: dict[str, bool] = field(default_factory=dict)
+    """Requested output names, in request order, each with "return as binary"."""
+    outputs_given: bool = False
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview]:
+    """The JSON inference object and the binary part after it (empty without the header)."""
+    view = memoryview(body)
+    if header_length is None:
+        n = len(body)
+    else:
+        try:
+            n = int(header_length.strip())
+        except ValueError:
+            raise bad(f"Inference-Header-Content-Length must be an integer, got {header_length!r}") from None
+        if not 0 < n <= len(body):
+            raise bad(f"Inference-Header-Content-Length is {n}, but the body has {len(body)} bytes")
+    if n == 0:
+        raise bad("the request body is empty; send an inference request JSON object")
+    try:
+        obj = orjson.loads(view[:n])
+    except orjson.JSONDecodeError as exc:
+        hint = " (is Inference-Header-Content-Length right?)" if header_length is not None else ""
+        raise bad(f"the inference request is not valid JSON{hint}: {exc}") from None
+    if not isinstance(obj, dict):
+        raise bad("the inference request must be a JSON object")
+    return obj, view[n:]
+
+
+class BinaryReader:
+    """Hands out consecutive slices of the binary part of a body, in input order."""
+
+    def __init__(self, data: memoryview) -> None:
+        self.data = data
+        self.offset = 0
+
+    def take(self, size: int, name: str) -> memoryview:
+        end = self.offset + size
+        if end > len(self.data):
+            raise bad(
+                f"input {name!r} has binary_data_size {size}, but only {len(self.data) - self.offset} bytes of binary "
+                "data remain: the body is truncated, or Inference-Header-Content-Length is wrong"
+            )
+        out = self.data[self.offset : end]
+        self.offset = end
+        return out
+
+    def finish(self) -> None:
+        left = len(self.data) - self.offset
+        if left:
+            raise bad(
+                f"{left} bytes follow the inputs' binary data: a binary_data_size or "
+                "Inference-Header-Content-Length is wrong"
+            )
+
+
+def _parameters(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
+    params = obj.get("parameters", {})
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise bad(f"{where}.parameters must be an object")
+    for key in ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"):
+        if key in params:
+            raise bad(f"{where}: the shared memory extension is not supported; send the data in the body")
+    return params
+
+
+def _shape(obj: Mapping[str, Any], name: str) -> tuple[int, ...]:
+    shape = obj.get("shape")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise bad(f"input {name!r}: shape must be a list of non-negative integers")
+    return tuple(shape)
+
+
+def _check_shape(spec: TensorSpec, shape: tuple[int, ...], limits: codecs.TensorLimits) -> None:
+    if spec.max_rank == 1:  # a vector (key_lengths): one size limit
+        if len(shape) != 1 or not 1 <= shape[0] <= limits.max_dim:
+            raise bad(f"input {spec.name!r} must be a vector of 1 to {limits.max_dim} values, got shape {list(shape)}")
+        return
+    codecs._check_shape(shape, spec.name, limits, spec.min_rank)
+
+
+def _from_binary(raw: memoryview, dtype: np.dtype, shape: tuple[int, ...], name: str) -> np.ndarray:
+    if dtype.kind == "b":
+        ints = np.frombuffer(raw, dtype=np.uint8)
+        if (ints > 1).any():
+            raise bad(f"input {name!r}: BOOL bytes must be 0 or 1")
+        return ints.view(bool).reshape(shape)
+    arr = np.frombuffer(raw, dtype=dtype).reshape(shape)
+    # The JSON header has any length, so a tensor may start at an odd offset: copy it aligned.
+    return arr if arr.flags.aligned else arr.copy()
+
+
+def _from_json(data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...], name: str) -> np.ndarray:
+    if not isinstance(data, list):
+        raise bad(f"input {name!r}: data must be a JSON array (flat or nested, row-major)")
+    try:
+        arr = np.array(data)
+    except (ValueError, TypeError, OverflowError):
+        raise bad(f"input {name!r}: data is not a rectangular array of {datatype} values") from None
+    count = math.prod(shape)
+    if arr.size != count:
+        raise bad(f"input {name!r}: data has {arr.size} values but shape {list(shape)} needs {count}")
+    kind = arr.dtype.kind
+    if count and dtype.kind == "b":
+        if kind != "b":
+            raise bad(f"input {name!r}: BOOL data must be true/false values")
+    elif count and dtype.kind in "iu":
+        if kind not in "iu":
+            raise bad(f"input {name!r}: {datatype} data must be integers")
+    elif count and kind not in "iuf":
+        raise bad(f"input {name!r}: {datatype} data must be numbers")
+    if dtype.kind == "f" and kind == "f":
+        # JSON numbers stay float64 here; the cast to the compute precision reports overflow by element.
+        return arr.reshape(shape)
+    try:
+        return arr.astype(dtype, casting="same_kind" if kind != "b" else "unsafe").reshape(shape)
+    except TypeError:
+        raise bad(f"input {name!r}: data does not fit {datatype}") from None
+
+
+def parse_request(
+    obj: Mapping[str, Any],
+    binary: memoryview,
+    *,
+    model: str,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[str],
+    limits: codecs.TensorLimits,
+) -> InferRequest:
+    """Decode the inputs (JSON or binary), check them against the model, and read the requested outputs."""
+    request_id = obj.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise bad("id must be a string")
+    params = _parameters(obj, "request")
+    specs = {s.name: s for s in inputs}
+    raw_inputs = obj.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise bad("inputs must be a non-empty list of input tensors")
+    reader = BinaryReader(binary)
+    arrays: dict[str, np.ndarray] = {}
+    datatypes: dict[str, str] = {}
+    for i, raw in enumerate(raw_inputs):
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            raise bad(f"inputs[{i}] must be an object with a name, shape, datatype and data")
+        name = raw["name"]
+        spec = specs.get(name)
+        if spec is None:
+            raise bad(f"model {model!r} has no input {name!r}; its inputs are {', '.join(specs)}")
+        if name in arrays:
+            raise bad(f"input {name!r} is given twice")
+        datatype = raw.get("datatype")
+        if datatype not in spec.datatypes:
+            raise bad(f"input {name!r} has datatype {datatype!r}; it takes {' or '.join(spec.datatypes)}")
+        dtype = DATATYPES[datatype]
+        shape = _shape(raw, name)
+        _check_shape(spec, shape, limits)
+        in_params = _parameters(raw, f"input {name!r}")
+        size = in_params.get("binary_data_size")
+        if size is not None:
+            if type(size) is not int or size < 0:
+                raise bad(f"input {name!r}: binary_data_size must be a non-negative integer")
+            if "data" in raw:
+                raise bad(f"input {name!r} has both data and binary_data_size")
+            expected = math.prod(shape) * dtype.itemsize
+            if size != expected:
+                raise bad(
+                    f"input {name!r}: binary_data_size is {size}, but shape {list(shape)} of {datatype} needs {expected} bytes"
+                )
+            arrays[name] = _from_binary(reader.take(size, name), dtype, shape, name)
+        elif "data" in raw:
+            arrays[name] = _from_json(raw["data"], datatype, dtype, shape, name)
+        else:
+            raise bad(f"input {name!r} has neither data nor parameters.binary_data_size")
+        datatypes[name] = datatype
+    reader.finish()
+    missing = [s.name for s in inputs if not s.optional and s.name not in arrays]
+    if missing:
+        raise bad(f"model {model!r} needs input {', '.join(repr(m) for m in missing)}")
+    requested, given = _requested_outputs(obj, params, outputs, model)
+    return InferRequest(request_id, params, arrays, datatypes, requested, given)
+
+
+def _requested_outputs(
+    obj: Mapping[str, Any], params: Mapping[str, Any], known: Sequence[str], model: str
+) -> tuple[dict[str, bool], bool]:
+    binary_default = params.get("binary_data_output", False)
+    if not isinstance(binary_default, bool):
+        raise bad("parameters.binary_data_output must be true or false")
+    raw_outputs = obj.get("outputs")
+    if raw_outputs is None or raw_outputs == []:
+        return {}, False
+    if not isinstance(raw_outputs, list):
+        raise bad("outputs must be a list of requested outputs")
+    requested: dict[str, bool] = {}
+    for i, raw in enumerate(raw_outputs):
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            raise bad(f"outputs[{i}] must be an object with a name")
+        name = raw["name"]
+        if name not in known:
+            raise bad(f"model {model!r} has no output {name!r}; its outputs are {', '.join(known)}")
+        if name in requested:
+            raise bad(f"output {name!r} is requested twice")
+        out_params = _parameters(raw, f"output {name!r}")
+        if out_params.get("classification"):
+            raise bad(f"output {name!r}: the classification extension is not supported")
+        binary = out_params.get("binary_data", binary_default)
+        if not isinstance(binary, bool):
+            raise bad(f"output {name!r}: parameters.binary_data must be true or false")
+        requested[name] = binary
+    return requested, True
+
+
+def binary_default(params: Mapping[str, Any]) -> bool:
+    """Whether outputs the client did not list are returned as binary (``binary_data_output``)."""
+    return bool(params.get("binary_data_output", False))
+
+
+def encode_response(
+    *,
+    model: str,
+    version: str,
+    request_id: str | None,
+    parameters: Mapping[str, Any],
+    outputs: Sequence[tuple[str, np.ndarray, bool]],
+) -> tuple[bytes, dict[str, str], str]:
+    """(body, headers, media type) of an inference response.
+
+    ``outputs`` are (name, array, as binary) in response order. JSON outputs carry
+    their flat ``data``; binary outputs are appended after the JSON in the same
+    order, and ``Inference-Header-Content-Length`` gives the JSON's length.
+    """
+    described: list[dict[str, Any]] = []
+    tail: list[np.ndarray] = []
+    for name, arr, binary in outputs:
+        datatype = OUTPUT_DATATYPES[arr.dtype]
+        flat = np.ascontiguousarray(arr).reshape(-1)
+        entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(arr.shape)}
+        if binary:
+            if flat.dtype.byteorder == ">":
+                flat = flat.astype(flat.dtype.newbyteorder("<"))
+            entry["parameters"] = {"binary_data_size": flat.nbytes}
+            tail.append(flat)
+        else:
+            entry["data"] = flat
+        described.append(entry)
+    response: dict[str, Any] = {"model_name": model, "model_version": version}
+    if request_id is not None:
+        response["id"] = request_id
+    if parameters:
+        response["parameters"] = parameters
+    response["outputs"] = described
+    header = orjson.dumps(response, option=JSON_OPTIONS, default=_fallback)
+    if not tail:
+        return header, {}, "application/json"
+    # One copy of each tensor, straight into the body (join reads the arrays' buffers).
+    body = b"".join([header, *tail])
+    return body, {"Inference-Header-Content-Length": str(len(header))}, "application/octet-stream"
