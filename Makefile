@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: serve test bench bench-engines export-models image smoke-podman clean
+.PHONY: serve test bench bench-engines bench-http export-models image smoke-podman clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/bench_numpy_engine.py
+
+# End-to-end HTTP benchmark; needs wrk (Debian/Ubuntu: apt-get install -y wrk).
+bench-http: $(VENV)/.installed
+	$(BIN)/python bench/bench_http.py
 
 export-models: $(VENV)/.installed
 	$(BIN)/python -m service export-models

@@ -1,0 +1,435 @@
+"""End-to-end HTTP benchmark (issue 4): where the time of a request goes, in one run.
+
+    python bench/bench_http.py [--duration 5] [--connections 16] [--quick]
+
+Needs wrk (Debian/Ubuntu: ``apt-get install -y wrk``; macOS: ``brew install wrk``).
+The run:
+
+1. starts the service the way production runs it (``python -m service serve``:
+   uvicorn, one worker, uvloop and httptools, every middleware; the ONNX engine
+   as configured by the ``ATTN_*`` environment) and, beside it, a bare FastAPI
+   endpoint that reads the body and returns a constant
+   (``bench/http_bare_app.py``, the HTTP floor), both with ``ATTN_LOG_LEVEL``
+   warning so that neither writes an access log line per request;
+2. for each case, checks one request answers 200, then measures with wrk
+   (``bench/http_post.lua``): latency p50/p99 with 1 connection, and
+   throughput with 16 connections;
+3. runs the same request in-process (the handler's own functions, no HTTP):
+   total, engine only, diagnostics, and the rest (parse, decode, encode,
+   serialize);
+4. prints a Markdown table, the machine, and the issue's ratios.
+
+Cases: /v1/attention for (1, 1, 4, 4) and (1, 8, 128, 64) with weights and
+diagnostics, tensors as nested JSON lists, flat ``data`` and base64 (with
+``encoding: base64``); /v2 infer for the same shapes with JSON ``data`` and
+with the binary tensor data extension (outputs ``output`` and ``weights``,
+diagnostics on, the same work as /v1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from service.api import v1, v2  # noqa: E402
+from service.api.schemas import AttentionRequest  # noqa: E402
+from service.api.wire import json_response  # noqa: E402
+from service.app import create_app  # noqa: E402
+from service.settings import Settings  # noqa: E402
+
+SMALL, LARGE = (1, 1, 4, 4), (1, 8, 128, 64)
+BARE_POST = "bare FastAPI POST (HTTP floor)"
+BARE_GET = "bare FastAPI GET"
+LIVE_GET = "service GET /v2/health/live"
+LUA = ROOT / "bench" / "http_post.lua"
+SERVER_ENV = {"ATTN_LOG_LEVEL": "warning"}
+
+
+# --------------------------------------------------------------------------- request bodies
+
+
+def tensors(shape: tuple[int, ...]) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+
+
+def v1_body(shape: tuple[int, ...], form: str, diagnostics: bool = True) -> bytes:
+    q, k, v = tensors(shape)
+
+    def wire(a: np.ndarray) -> Any:
+        if form == "lists":
+            return a.tolist()
+        if form == "flat":
+            return {"shape": list(a.shape), "dtype": "float32", "data": a.reshape(-1).tolist()}
+        return {"shape": list(a.shape), "dtype": "float32", "b64": base64.b64encode(a.tobytes()).decode()}
+
+    body: dict[str, Any] = {"query": wire(q), "key": wire(k), "value": wire(v)}
+    body["return"] = ["output", "weights"] + (["diagnostics"] if diagnostics else [])
+    if form == "b64":
+        body["encoding"] = "base64"
+    return orjson.dumps(body)
+
+
+def v2_body(shape: tuple[int, ...], binary: bool) -> tuple[bytes, dict[str, str]]:
+    arrays = dict(zip(("query", "key", "value"), tensors(shape), strict=True))
+    inputs = []
+    for name, a in arrays.items():
+        spec: dict[str, Any] = {"name": name, "shape": list(a.shape), "datatype": "FP32"}
+        if binary:
+            spec["parameters"] = {"binary_data_size": a.nbytes}
+        else:
+            spec["data"] = a.reshape(-1)
+        inputs.append(spec)
+    outputs = [{"name": n, "parameters": {"binary_data": binary}} for n in ("output", "weights")]
+    header = orjson.dumps({"inputs": inputs, "outputs": outputs}, option=orjson.OPT_SERIALIZE_NUMPY)
+    if not binary:
+        return header, {"Content-Type": "application/json"}
+    body = header + b"".join(a.tobytes() for a in arrays.values())
+    return body, {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(header))}
+
+
+# --------------------------------------------------------------------------- servers and wrk
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def send(
+    method: str, url: str, body: bytes, headers: dict[str, str], timeout: float = 60
+) -> tuple[int, bytes, dict[str, str]]:
+    req = urllib.request.Request(url, data=body if method == "POST" else None, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read(), dict(r.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), dict(exc.headers)
+
+
+@contextmanager
+def server(cmd: list[str], ready_url: str, log: Path, timeout: float = 300) -> Iterator[None]:
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **SERVER_ENV}, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                if proc.poll() is not None:
+                    raise SystemExit(f"{' '.join(cmd)} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+                try:
+                    with urllib.request.urlopen(ready_url, timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{ready_url} not ready after {timeout} s:\n{log.read_text()[-3000:]}")
+                time.sleep(0.1)
+            yield
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def wrk(
+    method: str, url: str, body_file: Path, headers: dict[str, str], connections: int, duration: float
+) -> dict[str, Any]:
+    env = {
+        **os.environ,
+        "BENCH_METHOD": method,
+        "BENCH_BODY": str(body_file),
+        "BENCH_HEADERS": "\n".join(f"{k}: {v}" for k, v in headers.items()),
+    }
+    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "--timeout", "30s", "-s", str(LUA), url]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    line = next(x for x in out.splitlines() if x.startswith("BENCH "))
+    result = json.loads(line[len("BENCH ") :])
+    result["rps"] = result["requests"] / (result["duration_us"] / 1e6)
+    return result
+
+
+# --------------------------------------------------------------------------- cases
+
+
+@dataclass
+class Case:
+    name: str
+    path: str
+    body: bytes
+    headers: dict[str, str]
+    inproc: Callable[[], dict[str, float]] | None = None
+    bare: bool = False
+    method: str = "POST"
+    e2e: dict[str, Any] = field(default_factory=dict)
+    e2e_c: dict[str, Any] = field(default_factory=dict)
+    local: dict[str, float] = field(default_factory=dict)
+    response_bytes: int = 0
+
+
+def in_process(
+    settings: Settings,
+) -> tuple[
+    Callable[[bytes], Callable[[], dict[str, float]]], Callable[[bytes, dict[str, str]], Callable[[], dict[str, float]]]
+]:
+    """Factories of in-process runs of the /v1 and /v2 handlers' work (the same functions, no HTTP)."""
+    app = create_app(settings)
+    runtime = app.state.runtime
+    runtime.start_engines()
+
+    def v1_run(body: bytes) -> Callable[[], dict[str, float]]:
+        def run() -> dict[str, float]:
+            t0 = time.perf_counter()
+            out = v1._compute_attention(runtime, v1._validate(AttentionRequest, orjson.loads(body)))
+            json_response(out)
+            total = time.perf_counter() - t0
+            return {**out["timing_ms"], "total": total * 1e3}
+
+        return run
+
+    def v2_run(body: bytes, headers: dict[str, str]) -> Callable[[], dict[str, float]]:
+        header_length = headers.get("Inference-Header-Content-Length")
+
+        def run() -> dict[str, float]:
+            t0 = time.perf_counter()
+            content, out_headers, _ = v2._infer(runtime, v2.MODELS["attention"], body, header_length)
+            total = time.perf_counter() - t0
+            n = int(out_headers.get("Inference-Header-Content-Length", len(content)))
+            timing = json.loads(orjson.loads(bytes(content[:n]))["parameters"]["timing_ms"])
+            return {**timing, "total": total * 1e3}
+
+        return run
+
+    return v1_run, v2_run
+
+
+def measure_in_process(run: Callable[[], dict[str, float]], budget_s: float) -> dict[str, float]:
+    run()
+    samples: list[dict[str, float]] = []
+    deadline = time.perf_counter() + budget_s
+    while len(samples) < 5 or (time.perf_counter() < deadline and len(samples) < 2000):
+        samples.append(run())
+    med = {k: statistics.median(s[k] for s in samples) for k in ("total", "compute", "diagnostics")}
+    med["codec"] = max(med["total"] - med["compute"] - med["diagnostics"], 0.0)
+    return med
+
+
+def machine() -> list[str]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import fastapi
+    import uvicorn
+
+    return [
+        f"- CPU: {cpu}, {os.cpu_count()} logical cores; Python {platform.python_version()}, numpy {np.__version__}, "
+        f"fastapi {fastapi.__version__}, uvicorn {uvicorn.__version__} (uvloop, httptools), wrk {wrk_version()}",
+    ]
+
+
+def wrk_version() -> str:
+    out = subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout
+    return out.split()[1] if out else "?"
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def fmt(x: float | None, digits: int = 2) -> str:
+    return "" if x is None else f"{x:.{digits}f}"
+
+
+def ratio_line(label: str, num: float, den: float, target: str, ok: bool) -> str:
+    return f"| {label} | {num:.2f} / {den:.2f} | **{num / den:.2f}x** | {target} | {'met' if ok else 'MISSED'} |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run (default 5)")
+    parser.add_argument("--connections", type=int, default=16, help="connections of the throughput runs (default 16)")
+    parser.add_argument("--quick", action="store_true", help="1 s per run, a smoke test of the benchmark itself")
+    args = parser.parse_args(argv)
+    duration = 1.0 if args.quick else args.duration
+    if shutil.which("wrk") is None:
+        print(
+            "wrk is not installed: `apt-get install -y wrk` (Debian/Ubuntu) or `brew install wrk` (macOS)",
+            file=sys.stderr,
+        )
+        return 2
+
+    load_start = load()
+    settings = Settings(**{})  # the environment's ATTN_* settings, as the served app sees them
+    v1_run, v2_run = in_process(settings)
+
+    small_v1 = v1_body(SMALL, "lists")
+    cases = [
+        Case(BARE_GET, "/bare", b"", {}, bare=True, method="GET"),
+        Case(LIVE_GET, "/v2/health/live", b"", {}, method="GET"),
+        Case(BARE_POST, "/bare", small_v1, {"Content-Type": "application/json"}, bare=True),
+    ]
+    for shape in (SMALL, LARGE):
+        for form in ("lists", "flat", "b64"):
+            body = v1_body(shape, form)
+            cases.append(
+                Case(f"/v1 {shape} {form}", "/v1/attention", body, {"Content-Type": "application/json"}, v1_run(body))
+            )
+        if shape == SMALL:
+            body = v1_body(shape, "lists", diagnostics=False)
+            cases.append(
+                Case(
+                    f"/v1 {shape} lists, no diagnostics",
+                    "/v1/attention",
+                    body,
+                    {"Content-Type": "application/json"},
+                    v1_run(body),
+                )
+            )
+        for binary in (False, True):
+            body, headers = v2_body(shape, binary)
+            cases.append(
+                Case(
+                    f"/v2 {shape} {'binary' if binary else 'JSON'}",
+                    "/v2/models/attention/infer",
+                    body,
+                    headers,
+                    v2_run(body, headers),
+                )
+            )
+
+    engine_name = "?"
+    with tempfile.TemporaryDirectory() as tmp:
+        tmpdir = Path(tmp)
+        port, bare_port = free_port(), free_port()
+        service_cmd = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(port)]
+        bare_cmd = [sys.executable, str(ROOT / "bench" / "http_bare_app.py"), "--port", str(bare_port)]
+        with (
+            server(service_cmd, f"http://127.0.0.1:{port}/readyz", tmpdir / "service.log"),
+            server(bare_cmd, f"http://127.0.0.1:{bare_port}/openapi.json", tmpdir / "bare.log"),
+        ):
+            for i, case in enumerate(cases):
+                url = f"http://127.0.0.1:{bare_port if case.bare else port}{case.path}"
+                status, content, _ = send(case.method, url, case.body, case.headers)
+                if status != 200:
+                    raise SystemExit(f"{case.name}: {status} {content[:500]!r}")
+                case.response_bytes = len(content)
+                if case.path == "/v1/attention" and engine_name == "?":
+                    engine_name = orjson.loads(content)["engine"]["name"]
+                body_file = tmpdir / f"body{i}"
+                body_file.write_bytes(case.body)
+                wrk(case.method, url, body_file, case.headers, 1, min(1.0, duration))  # warm-up
+                case.e2e = wrk(case.method, url, body_file, case.headers, 1, duration)
+                case.e2e_c = wrk(case.method, url, body_file, case.headers, args.connections, duration)
+                print(
+                    f"  {case.name}: p50 {case.e2e['p50_us'] / 1e3:.2f} ms, {case.e2e_c['rps']:.0f} req/s",
+                    file=sys.stderr,
+                )
+    for case in cases:
+        if case.inproc is not None:
+            case.local = measure_in_process(case.inproc, budget_s=min(3.0, duration))
+    load_end = load()
+
+    print(f"### HTTP end to end, one run of `python bench/bench_http.py` (wrk, {round(duration)} s per run)\n")
+    print(*machine(), sep="\n")
+    print(
+        f"- load average (1, 5, 15 min) at start: {load_start}; at end: {load_end}; engine used by `auto`: {engine_name}\n"
+    )
+    print(
+        "| case | request bytes | response bytes | p50 ms (c=1) | p99 ms (c=1) | req/s (c=1) | "
+        f"req/s (c={args.connections}) | non-2xx | in-process ms: total | engine | diagnostics | codec |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for c in cases:
+        errors = c.e2e["non_2xx"] + c.e2e_c["non_2xx"] + c.e2e["socket_errors"] + c.e2e_c["socket_errors"]
+        loc = c.local
+        print(
+            f"| {c.name} | {len(c.body) if c.method == 'POST' else 'GET'} | {c.response_bytes} | {c.e2e['p50_us'] / 1e3:.2f} | {c.e2e['p99_us'] / 1e3:.2f} | "
+            f"{c.e2e['rps']:.0f} | {c.e2e_c['rps']:.0f} | {errors} | {fmt(loc.get('total'))} | {fmt(loc.get('compute'))} | "
+            f"{fmt(loc.get('diagnostics'))} | {fmt(loc.get('codec'))} |"
+        )
+
+    by = {c.name: c for c in cases}
+    p50 = {name: c.e2e["p50_us"] / 1e3 for name, c in by.items()}
+    bare = p50[BARE_POST]
+    s, lg = f"{SMALL}", f"{LARGE}"
+    lists_large = p50[f"/v1 {lg} lists"]
+    local_large = by[f"/v1 {lg} lists"].local["total"]
+    print("\n| ratio (p50, same run) | ms / ms | ratio | target | |")
+    print("|---|---:|---:|---|---|")
+    live, bare_get = p50[LIVE_GET], p50[BARE_GET]
+    print(
+        f"| service middleware and routing: `{LIVE_GET}` / `{BARE_GET}` | {live:.2f} / {bare_get:.2f} | {live / bare_get:.2f}x | (no target) | |"
+    )
+    for name in (f"/v1 {s} lists", f"/v1 {s} lists, no diagnostics", f"/v2 {s} binary"):
+        print(
+            ratio_line(f"small request `{name}` / bare endpoint", p50[name], bare, "<= 1.5x", p50[name] <= 1.5 * bare)
+        )
+    print(
+        ratio_line(
+            f"`/v1 {lg} lists` / `/v1 {lg} b64`",
+            lists_large,
+            p50[f"/v1 {lg} b64"],
+            ">= 5x",
+            lists_large >= 5 * p50[f"/v1 {lg} b64"],
+        )
+    )
+    print(
+        ratio_line(
+            f"`/v1 {lg} lists` / `/v2 {lg} binary`",
+            lists_large,
+            p50[f"/v2 {lg} binary"],
+            ">= 5x",
+            lists_large >= 5 * p50[f"/v2 {lg} binary"],
+        )
+    )
+    print(
+        ratio_line(
+            f"`/v1 {lg} lists` end to end / in-process decode+compute+encode",
+            lists_large,
+            local_large,
+            "<= 3x",
+            lists_large <= 3 * local_large,
+        )
+    )
+    print(
+        "\nin-process: the handler's own functions without HTTP (median); engine = the dispatcher's run, "
+        "diagnostics = core diagnostics, codec = the rest (JSON parse, validation, tensor decode, encode, serialize)."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
