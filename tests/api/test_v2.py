@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from service.app import create_app
 from service.engines.numpy_engine import NumpyEngine
@@ -492,3 +494,93 @@ def test_large_responses_are_gzipped_when_accepted(client) -> None:
     np.testing.assert_array_equal(arrays["weights"], plain_arrays["weights"])
     small = post(client, json_request(parameters={"diagnostics": False}), {"Accept-Encoding": "gzip"})
     assert small.status_code == 200 and "content-encoding" not in small.headers
+
+
+# ---------------------------------------------------------------- fuzzing: never a 5xx
+
+_scalars = st.none() | st.booleans() | st.integers(-(2**65), 2**65) | st.floats(allow_nan=False) | st.text(max_size=4)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=12,
+)
+_datatypes = st.sampled_from(["FP32", "FP64", "BOOL", "INT64", "INT32", "BYTES", "fp32"]) | _values
+_shapes = st.lists(st.integers(-1, 4), max_size=5) | _values
+_inputs = st.fixed_dictionaries(
+    {"name": st.sampled_from(["query", "key", "value", "mask", "key_lengths", "logits", "x"]) | _values},
+    optional={
+        "shape": _shapes,
+        "datatype": _datatypes,
+        "data": st.lists(st.floats(-10, 10) | st.booleans(), max_size=20) | _values,
+        "parameters": st.fixed_dictionaries({}, optional={"binary_data_size": st.integers(-4, 96) | _values}) | _values,
+    },
+)
+_requests = st.fixed_dictionaries(
+    {"inputs": st.lists(_inputs, max_size=5) | _values},
+    optional={
+        "outputs": st.lists(
+            st.fixed_dictionaries({"name": st.sampled_from(["output", "weights", "scores", "x"])}), max_size=3
+        )
+        | _values,
+        "parameters": st.dictionaries(
+            st.sampled_from(["normalizer", "causal", "binary_data_output", "engine", "x"]), _values
+        ),
+        "id": _values,
+    },
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    request=_requests,
+    tail=st.binary(max_size=100),
+    header=st.none() | st.integers(-2, 2000).map(str) | st.text(alphabet=" 0123456789+-xe.", max_size=5),
+    model=st.sampled_from(["attention", "softmax"]),
+)
+def test_no_request_gives_a_server_error(client, request, tail: bytes, header, model: str) -> None:
+    head = json.dumps(request).encode()
+    headers = {} if header is None else {"Inference-Header-Content-Length": header}
+    r = post(client, head + tail if header is not None else head, headers, model=model)
+    assert r.status_code in (200, 400, 413), r.text
+    if r.status_code != 200:
+        assert set(r.json()) == {"error"}
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    dims=st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3)),
+    size_deltas=st.lists(st.integers(-8, 8), min_size=3, max_size=3),
+    tail_delta=st.integers(-12, 12),
+    header_delta=st.integers(-3, 3),
+    payload=st.binary(min_size=0, max_size=400),
+    datatype=st.sampled_from(["FP32", "FP64"]),
+)
+def test_mangled_binary_framing_is_400_never_5xx(
+    client, dims, size_deltas, tail_delta, header_delta, payload, datatype
+) -> None:
+    L, S, E = dims
+    itemsize = 4 if datatype == "FP32" else 8
+    shapes = {"query": [1, L, E], "key": [1, S, E], "value": [1, S, E]}
+    sizes = {n: max(int(np.prod(s)) * itemsize + d, 0) for (n, s), d in zip(shapes.items(), size_deltas, strict=True)}
+    obj = {
+        "inputs": [
+            {"name": n, "shape": s, "datatype": datatype, "parameters": {"binary_data_size": sizes[n]}}
+            for n, s in shapes.items()
+        ],
+        "parameters": {"binary_data_output": True},
+    }
+    header = json.dumps(obj).encode()
+    need = sum(sizes.values())
+    data = (
+        (payload * (need // max(len(payload), 1) + 2))[: max(need + tail_delta, 0)]
+        if payload
+        else bytes(max(need + tail_delta, 0))
+    )
+    r = post(client, header + data, {"Inference-Header-Content-Length": str(len(header) + header_delta)})
+    exact = all(d == 0 for d in size_deltas) and tail_delta == 0 and header_delta == 0
+    assert r.status_code in ((200, 400) if exact else (400,)), r.text
+    if r.status_code == 200:
+        _, arrays = split_response(r)
+        assert all(np.isfinite(a).all() for a in arrays.values())
+    else:
+        assert set(r.json()) == {"error"}
