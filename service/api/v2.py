@@ -42,7 +42,6 @@ from service.api.v2_tensors import (
     InferRequest,
     TensorSpec,
     bad,
-    binary_default,
     encode_response,
     parse_request,
     split_body,
@@ -417,7 +416,7 @@ async def model_version_metadata(model_name: str, model_version: str) -> Respons
 
 
 def _infer(runtime: Runtime, model: Model, body: bytes, header_length: str | None) -> tuple[bytes, dict[str, str], str]:
-    """Parse, run and encode one inference request (in a worker thread: all of it is CPU work)."""
+    """Parse, run and encode one inference request: all of its CPU work, run by ``run_cpu``."""
     obj, binary = split_body(body, header_length)
     request = parse_request(
         obj,
@@ -428,8 +427,7 @@ def _infer(runtime: Runtime, model: Model, body: bytes, header_length: str | Non
         limits=v1._limits(runtime),
     )
     results, parameters = model.run(runtime, request)
-    default_binary = binary_default(request.parameters)
-    outputs = [(name, arr, request.outputs.get(name, default_binary)) for name, arr in results]
+    outputs = [(name, arr, request.outputs.get(name, request.binary_default)) for name, arr in results]
     return encode_response(
         model=model.name, version=MODEL_VERSION, request_id=request.id, parameters=parameters, outputs=outputs
     )

@@ -108,6 +108,8 @@ class InferRequest:
     outputs: dict[str, bool] = field(default_factory=dict)
     """Requested output names, in request order, each with "return as binary"."""
     outputs_given: bool = False
+    binary_default: bool = False
+    """``binary_data_output``: outputs the client did not list are returned as binary."""
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview]:
@@ -210,13 +212,13 @@ def _from_json(data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...]
     if arr.size != count:
         raise bad(f"input {name!r}: data has {arr.size} values but shape {list(shape)} needs {count}")
     kind = arr.dtype.kind
-    if count and dtype.kind == "b":
+    if dtype.kind == "b":
         if kind != "b":
             raise bad(f"input {name!r}: BOOL data must be true/false values")
-    elif count and dtype.kind in "iu":
+    elif dtype.kind in "iu":
         if kind not in "iu":
             raise bad(f"input {name!r}: {datatype} data must be integers")
-    elif count and kind not in "iuf":
+    elif kind not in "iuf":
         raise bad(f"input {name!r}: {datatype} data must be numbers")
     if dtype.kind == "f" and kind == "f":
         # JSON numbers stay float64 here; the cast to the compute precision reports overflow by element.
@@ -285,16 +287,16 @@ def parse_request(
     missing = [s.name for s in inputs if not s.optional and s.name not in arrays]
     if missing:
         raise bad(f"model {model!r} needs input {', '.join(repr(m) for m in missing)}")
-    requested, given = _requested_outputs(obj, params, outputs, model)
-    return InferRequest(request_id, params, arrays, datatypes, requested, given)
-
-
-def _requested_outputs(
-    obj: Mapping[str, Any], params: Mapping[str, Any], known: Sequence[str], model: str
-) -> tuple[dict[str, bool], bool]:
     binary_default = params.get("binary_data_output", False)
     if not isinstance(binary_default, bool):
         raise bad("parameters.binary_data_output must be true or false")
+    requested, given = _requested_outputs(obj, binary_default, outputs, model)
+    return InferRequest(request_id, params, arrays, datatypes, requested, given, binary_default)
+
+
+def _requested_outputs(
+    obj: Mapping[str, Any], binary_default: bool, known: Sequence[str], model: str
+) -> tuple[dict[str, bool], bool]:
     raw_outputs = obj.get("outputs")
     if raw_outputs is None or raw_outputs == []:
         return {}, False
@@ -317,11 +319,6 @@ def _requested_outputs(
             raise bad(f"output {name!r}: parameters.binary_data must be true or false")
         requested[name] = binary
     return requested, True
-
-
-def binary_default(params: Mapping[str, Any]) -> bool:
-    """Whether outputs the client did not list are returned as binary (``binary_data_output``)."""
-    return bool(params.get("binary_data_output", False))
 
 
 def encode_response(
