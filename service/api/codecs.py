@@ -106,7 +106,7 @@ def _from_object(value: dict[str, Any], name: str, kind: TensorKind, limits: Ten
     if unknown:
         raise InvalidInput(f"{name} has unknown fields {sorted(unknown)}", (name,))
     dtype_name = value.get("dtype")
-    if dtype_name not in WIRE_DTYPES:
+    if not isinstance(dtype_name, str) or dtype_name not in WIRE_DTYPES:  # a list or object is unhashable
         raise InvalidInput(f"{name}.dtype must be one of {', '.join(WIRE_DTYPES)}; got {dtype_name!r}", (name, "dtype"))
     dtype = WIRE_DTYPES[dtype_name]
     shape = _declared_shape(value, name)
