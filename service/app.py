@@ -23,6 +23,7 @@ from service.api.wire import GZipIfAccepted
 from service.engines.base import Engine
 from service.engines.dispatch import EngineDispatcher
 from service.engines.numpy_engine import NumpyEngine
+from service.middleware import install_hardening
 from service.runtime import Runtime
 from service.settings import Settings
 
@@ -80,4 +81,5 @@ def create_app(settings: Settings | None = None, *, engines: Mapping[str, Engine
     if settings.gzip_level > 0:  # large answers compressed for clients that accept gzip
         app.add_middleware(GZipIfAccepted, minimum_size=settings.gzip_min_bytes, compresslevel=settings.gzip_level)
     install_openapi(app, [AttentionRequest, SoftmaxRequest])
+    install_hardening(app, settings)  # last: middleware, /metrics and the error responses in the schema
     return app

@@ -6,11 +6,14 @@ table for what each one means.
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.core.diagnostics import DiagnosticThresholds
 
@@ -18,11 +21,15 @@ _DIAG = DiagnosticThresholds()
 
 DEFAULT_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 
+MIN_API_KEY_LENGTH = 16
+_ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")
+
 
 class Settings(BaseSettings):
     """All configuration of one service process (env prefix ``ATTN_``)."""
 
-    model_config = SettingsConfigDict(env_prefix="ATTN_", env_file=None, extra="ignore")
+    # hide_input_in_errors: a refused setting must not echo API keys into logs.
+    model_config = SettingsConfigDict(env_prefix="ATTN_", env_file=None, extra="ignore", hide_input_in_errors=True)
 
     # Server
     host: str = "127.0.0.1"
@@ -68,6 +75,85 @@ class Settings(BaseSettings):
     diag_collapsed_row_fraction: float = Field(_DIAG.collapsed_row_fraction, ge=0, le=1)
     diag_uniform_normalized_entropy: float = Field(_DIAG.uniform_normalized_entropy, gt=0, le=1)
     diag_saturation_margin: float = Field(_DIAG.saturation_margin, gt=0, lt=1)
+
+    # HTTP hardening (service/middleware; README "Production")
+    max_body_bytes: int = Field(
+        32 << 20, ge=1024, description="Largest request body on the wire, in bytes (413 before it is read in full)."
+    )
+    request_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="Time limit of one request, queue wait included (504 at the deadline)."
+    )
+    max_concurrent_requests: int = Field(
+        8, ge=1, le=1024, description="Requests processed at once per worker process (worker threads are bounded to this)."
+    )
+    max_queued_requests: int = Field(
+        16, ge=0, le=4096, description="Requests that may wait for a slot; past it, 503 with Retry-After at once."
+    )
+    queue_timeout_s: float = Field(
+        1.0, gt=0, description="Longest wait for a slot before a 503 with Retry-After."
+    )
+    retry_after_s: int = Field(1, ge=1, le=3600, description="Retry-After (seconds) sent with 503 overload answers.")
+    api_keys: Annotated[list[SecretStr] | None, NoDecode] = Field(
+        None, description="API keys; unset: no authentication. Each >= 16 characters."
+    )
+    auth_exempt_paths: Annotated[list[str], NoDecode] = Field(
+        ["/healthz", "/readyz", "/metrics", "/v2/health/live", "/v2/health/ready"],
+        description="Paths served without an API key (probes and scrapes).",
+    )
+    cors_allow_origins: Annotated[list[str], NoDecode] = Field(
+        [], description="Origins allowed by CORS (e.g. https://app.example.com); empty: no CORS headers at all."
+    )
+    cors_allow_credentials: bool = Field(False, description="Let browsers send credentials cross-origin (never with '*').")
+    metrics_dir: Path | None = Field(
+        None,
+        description="prometheus-client multiprocess directory (PROMETHEUS_MULTIPROC_DIR); required when workers > 1.",
+    )
+    log_format: Literal["json", "text"] = Field("json", description="Log lines as JSON objects or plain text.")
+    shutdown_grace_s: float = Field(
+        30.0, ge=0, description="On SIGTERM, how long requests in flight may take to finish before they are cancelled."
+    )
+    debug_delay_s: float = Field(
+        0.0, ge=0, le=60,
+        description="TEST ONLY: sleep this long in every admitted request (tests of shutdown and backpressure); keep 0.",
+    )
+
+    @field_validator("api_keys", "auth_exempt_paths", "cors_allow_origins", mode="before")
+    @classmethod
+    def _split_list(cls, value: Any) -> Any:
+        """These lists come from the environment as a JSON list or comma-separated."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [item.strip() for item in text.split(",")] if text else []
+
+    @model_validator(mode="after")
+    def _refuse_unsafe(self) -> Settings:
+        """Refuse to start on a setting that would silently weaken the service."""
+        problems = []
+        if self.api_keys is not None:
+            if not self.api_keys:
+                problems.append("ATTN_API_KEYS is set but holds no key; unset it to run without authentication")
+            for i, key in enumerate(self.api_keys):
+                if len(key.get_secret_value()) < MIN_API_KEY_LENGTH:
+                    problems.append(f"ATTN_API_KEYS: key #{i + 1} has {len(key.get_secret_value())} characters; "
+                                    f"keys must have at least {MIN_API_KEY_LENGTH}")
+        for path in self.auth_exempt_paths:
+            if not path.startswith("/"):
+                problems.append(f"ATTN_AUTH_EXEMPT_PATHS: {path!r} is not a path (it must start with /)")
+        for origin in self.cors_allow_origins:
+            if origin != "*" and not _ORIGIN.fullmatch(origin):
+                problems.append(f"ATTN_CORS_ALLOW_ORIGINS: {origin!r} is not an origin (scheme://host[:port], no path)")
+        if "*" in self.cors_allow_origins and self.cors_allow_credentials:
+            problems.append("ATTN_CORS_ALLOW_ORIGINS='*' with ATTN_CORS_ALLOW_CREDENTIALS=true lets any site act as the user")
+        if self.workers > 1 and self.metrics_dir is None and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            problems.append("ATTN_WORKERS > 1 needs ATTN_METRICS_DIR (a directory for multiprocess metrics)")
+        if self.queue_timeout_s >= self.request_timeout_s:
+            problems.append("ATTN_QUEUE_TIMEOUT_S must be shorter than ATTN_REQUEST_TIMEOUT_S")
+        if problems:
+            raise ValueError("unsafe settings: " + "; ".join(problems))
+        return self
 
     def diagnostic_thresholds(self) -> DiagnosticThresholds:
         """The diagnostics thresholds as the core expects them."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -95,6 +95,33 @@ def problem_response(
     return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
 
 
+V2_PREFIX = "/v2"
+
+
+def app_path(scope: Mapping[str, Any]) -> str:
+    """The request path inside the app (without a ``root_path`` the server was mounted under)."""
+    path: str = scope.get("path", "")
+    root = scope.get("root_path", "")
+    if root and path.startswith(root):
+        return path[len(root):] or "/"
+    return path
+
+
+def error_response(
+    path: str,
+    status: int,
+    detail: str,
+    *,
+    errors: Sequence[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """The error body the path's protocol defines: ``{"error": detail}`` under /v2 (Open
+    Inference Protocol), problem+json everywhere else; same status and headers either way."""
+    if path == V2_PREFIX or path.startswith(V2_PREFIX + "/"):
+        return Response(orjson.dumps({"error": detail}), status_code=status, media_type="application/json", headers=headers)
+    return problem_response(status, detail, errors=errors, headers=headers)
+
+
 def pydantic_errors(exc: ValidationError | RequestValidationError, prefix: Sequence[str | int] = ()) -> list[dict[str, Any]]:
     """Pydantic's errors as ``{"loc", "msg"}`` pairs, with no input echoed back."""
     out = []
@@ -136,7 +163,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         detail = exc.detail if isinstance(exc.detail, str) else TITLES.get(exc.status_code, "Error")
-        return problem_response(exc.status_code, detail, headers=dict(exc.headers or {}))
+        return error_response(app_path(request.scope), exc.status_code, detail, headers=dict(exc.headers or {}))
 
     app.add_exception_handler(ProblemError, on_problem)
     app.add_exception_handler(InvalidInput, on_invalid_input)

@@ -1,0 +1,1 @@
+"""Observability: Prometheus metrics (:mod:`.metrics`) and structured JSON logs (:mod:`.logs`)."""

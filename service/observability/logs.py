@@ -1,0 +1,76 @@
+"""Structured logs: one JSON object per line, with the id of the request being served.
+
+``REQUEST_ID`` is set by the request-context middleware for the whole request
+(tasks and worker threads inherit it), so any log line written while serving a
+request carries its id. :func:`log_config` is the ``logging.config`` dict that
+``python -m service serve`` hands to uvicorn (its own access log is replaced by
+one ``service.access`` line per request).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextvars import ContextVar
+from typing import Any
+
+import orjson
+
+REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
+
+# Attributes every LogRecord has; anything else on a record came from ``extra=``.
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime", "color_message"}
+
+
+def record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """A log record as a flat dict: time, level, logger, message, request id and ``extra`` fields."""
+    fields: dict[str, Any] = {
+        "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+        "level": record.levelname.lower(),
+        "logger": record.name,
+        "message": record.getMessage(),
+    }
+    request_id = getattr(record, "request_id", None) or REQUEST_ID.get()
+    if request_id:
+        fields["request_id"] = request_id
+    for key, value in record.__dict__.items():
+        if key not in _STANDARD and key not in fields:
+            fields[key] = value
+    if record.exc_info:
+        fields["exc_info"] = logging.Formatter().formatException(record.exc_info)
+    return fields
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line (orjson; values it cannot encode become strings)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return orjson.dumps(record_fields(record), default=str).decode()
+
+
+class TextFormatter(logging.Formatter):
+    """``ts level logger message key=value ...`` for people reading a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = record_fields(record)
+        head = " ".join(str(fields.pop(k)) for k in ("ts", "level", "logger", "message"))
+        exc = fields.pop("exc_info", None)
+        line = head + "".join(f" {k}={v}" for k, v in fields.items())
+        return f"{line}\n{exc}" if exc else line
+
+
+def log_config(level: str = "info", fmt: str = "json") -> dict[str, Any]:
+    """``logging.config.dictConfig`` for the server: uvicorn's and the service's loggers, one format."""
+    formatter = {"()": f"{__name__}.{'JsonFormatter' if fmt == 'json' else 'TextFormatter'}"}
+    handler = {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stderr"}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"default": formatter},
+        "handlers": {"default": handler},
+        "loggers": {
+            "uvicorn": {"handlers": ["default"], "level": level.upper(), "propagate": False},
+            "uvicorn.access": {"handlers": [], "level": "WARNING", "propagate": False},
+            "service": {"handlers": ["default"], "level": level.upper(), "propagate": False},
+        },
+    }

@@ -1,0 +1,124 @@
+"""Prometheus metrics of the service (prometheus-client), safe with several worker processes.
+
+One :class:`ServiceMetrics` per app, with its own registry (tests build many
+apps in one process). With ``PROMETHEUS_MULTIPROC_DIR`` set before
+prometheus-client is imported (``python -m service serve`` does it when
+``ATTN_METRICS_DIR`` is set), every worker writes its values to files there and
+``GET /metrics`` merges the files of all workers (``MultiProcessCollector``);
+process and GC collectors are left out in that mode since they would describe
+one random worker.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import gc_collector, multiprocess, platform_collector, process_collector
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+disable_created_metrics()  # no ``*_created`` series: they double the output and nothing here reads them
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+"""The classic text format: what ``generate_latest`` writes and every Prometheus scrapes."""
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+REJECT_REASONS = ("unauthorized", "body_too_large", "queue_full", "queue_timeout", "deadline")
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def multiprocess_enabled() -> bool:
+    """Whether prometheus-client writes values to files (decided when it was imported)."""
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+class ServiceMetrics:
+    """The metrics one service process records."""
+
+    def __init__(self) -> None:
+        self.multiprocess = multiprocess_enabled()
+        r = self.registry = CollectorRegistry()
+        if not self.multiprocess:
+            process_collector.ProcessCollector(registry=r)
+            platform_collector.PlatformCollector(registry=r)
+            gc_collector.GCCollector(registry=r)
+        self.requests = Counter(
+            "attn_http_requests", "HTTP requests answered, by method, route template and status.",
+            ["method", "route", "status"], registry=r,
+        )
+        self.latency = Histogram(
+            "attn_http_request_duration_seconds", "Time from the request's arrival to the end of its response.",
+            ["method", "route"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.in_flight = Gauge(
+            "attn_http_requests_in_flight", "Requests holding a processing slot (abandoned work past its deadline included).",
+            multiprocess_mode="livesum", registry=r,
+        )
+        self.queued = Gauge(
+            "attn_http_requests_queued", "Requests waiting for a processing slot.", multiprocess_mode="livesum", registry=r,
+        )
+        self.queue_wait = Histogram(
+            "attn_http_queue_wait_seconds", "Time admitted requests waited for a processing slot.",
+            buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0), registry=r,
+        )
+        self.rejected = Counter(
+            "attn_http_requests_rejected", "Requests refused before or instead of being processed, by reason.",
+            ["reason"], registry=r,
+        )
+        self.engine_compute = Histogram(
+            "attn_engine_compute_seconds", "Time engines spent computing attention, by engine and provider.",
+            ["engine", "provider"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        for reason in REJECT_REASONS:
+            self.rejected.labels(reason)  # exported at 0, so rate() works from the first scrape
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        method = method if method in METHODS else "OTHER"
+        key = (method, route, status)
+        children = self._request_children.get(key)
+        if children is None:  # labels() takes a lock and checks the environment: once per series, not per request
+            children = self._request_children[key] = (
+                self.requests.labels(method, route, str(status)), self.latency.labels(method, route)
+            )
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def exposition(self) -> bytes:
+        """The text format of every metric (of all workers in multiprocess mode)."""
+        if self.multiprocess:
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
+        return generate_latest(self.registry)
+
+    def close(self) -> None:
+        """At worker exit: drop this process's live gauges from the shared directory."""
+        if self.multiprocess:
+            multiprocess.mark_process_dead(os.getpid())
+
+
+class TimedDispatcher:
+    """Wraps the engine dispatcher and records how long each ``run`` took, by engine and provider.
+
+    ``run`` returns ``(result, choice)``; the choice names the engine that ran
+    (after any fallback). Everything else is delegated unchanged.
+    """
+
+    def __init__(self, inner: Any, metrics: ServiceMetrics) -> None:
+        self._inner = inner
+        self._metrics = metrics
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        out = self._inner.run(*args, **kwargs)
+        choice = out[1] if isinstance(out, tuple) and len(out) == 2 else None
+        name, provider = getattr(choice, "name", None), getattr(choice, "provider", None)
+        if isinstance(name, str) and isinstance(provider, str):
+            self._metrics.engine_compute.labels(name, provider).observe(time.perf_counter() - t0)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

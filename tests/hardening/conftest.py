@@ -1,0 +1,92 @@
+"""Apps with test engines (blocking, broken) for the hardening tests."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.engines.numpy_engine import NumpyEngine
+from service.settings import Settings
+
+ATTENTION = {"query": [[1.0, 0.0], [0.0, 1.0]], "key": [[1.0, 0.0], [0.0, 1.0]], "value": [[1.0, 2.0], [3.0, 4.0]]}
+SOFTMAX = {"logits": [1.0, 2.0, 3.0]}
+
+
+class BlockingEngine(NumpyEngine):
+    """The numpy engine, but ``run`` waits until the test releases it (or ``max_wait_s`` passes)."""
+
+    def __init__(self, max_wait_s: float = 10.0) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.started = threading.Semaphore(0)
+        self.finished = threading.Event()
+        self.max_wait_s = max_wait_s
+
+    def run(self, task):  # type: ignore[no-untyped-def]
+        self.started.release()
+        self.release.wait(self.max_wait_s)
+        try:
+            return super().run(task)
+        finally:
+            self.finished.set()
+
+
+class BrokenEngine(NumpyEngine):
+    """An engine with a bug: ``run`` raises with internals in the message."""
+
+    def run(self, task):  # type: ignore[no-untyped-def]
+        raise RuntimeError("secret internals: /srv/attention/weights.bin at 0xdeadbeef")
+
+
+def settings(**overrides: Any) -> Settings:
+    return Settings(enable_onnx=False, **overrides)
+
+
+@contextmanager
+def client_for(engine: Any = None, **overrides: Any) -> Iterator[TestClient]:
+    """A TestClient on an app with these settings (and ``engine`` as its only engine).
+
+    With a test engine, all work goes to the thread pool (``inline_max_body_bytes=0``): a blocking
+    engine run inline would block the event loop, and with it the deadline and the queue.
+    """
+    engines = None if engine is None else {"numpy": engine}
+    if engine is not None:
+        overrides.setdefault("inline_max_body_bytes", 0)
+    app = create_app(settings(**overrides), engines=engines)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in a Prometheus text exposition (0 when absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        series, _, value = line.rpartition(" ")
+        sample, _, label_text = series.partition("{")
+        got = ",".join(sorted(label_text.rstrip("}").split(","))) if label_text else ""
+        if sample == name and got == want:
+            return float(value)
+    return 0.0
+
+
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (Debian package 'prometheus'; .ci/run installs it)"
+)
+
+
+def promtool_check(text: str) -> None:
+    """``promtool check metrics`` accepts the exposition (format and naming conventions)."""
+    assert PROMTOOL is not None
+    done = subprocess.run([PROMTOOL, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)
+    assert done.returncode == 0, (done.stdout + done.stderr).decode()

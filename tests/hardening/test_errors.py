@@ -1,0 +1,63 @@
+"""One error model: problem+json on every non-/v2 path (middleware answers included), the protocol's
+``{"error": ...}`` under /v2, and a logged 500 with no internals for a bug."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from tests.api.conftest import assert_problem
+from tests.hardening.conftest import ATTENTION, BrokenEngine, client_for, metric_value, settings
+
+
+def test_unknown_path_and_wrong_method_are_problems() -> None:
+    with client_for() as c:
+        assert_problem(c.get("/no/such/path"), 404)
+        r = c.get("/v1/attention")
+        assert_problem(r, 405)
+        assert "POST" in r.headers["allow"]
+
+
+def test_v2_paths_keep_the_protocol_error_body() -> None:
+    with client_for() as c:
+        r = c.get("/v2/no/such/path")
+        assert r.status_code == 404 and r.headers["content-type"] == "application/json"
+        assert set(r.json()) == {"error"}
+
+
+def test_an_engine_bug_is_a_logged_500_without_internals(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    with client_for(BrokenEngine()) as c:
+        r = c.post("/v1/attention", json=ATTENTION, headers={"x-request-id": "bug-report-42"})
+        body = assert_problem(r, 500)
+        assert body["type"].endswith("/internal-error")
+        assert "bug-report-42" in body["detail"] and r.headers["x-request-id"] == "bug-report-42"
+        for secret in ("secret", "/srv", "deadbeef", "RuntimeError", "Traceback"):
+            assert secret not in r.text
+        assert r.headers["x-content-type-options"] == "nosniff"  # security headers on the 500 too
+        assert metric_value(c.get("/metrics").text, "attn_http_requests_total", method="POST", route="/v1/attention", status="500") == 1
+    errors = [rec for rec in caplog.records if rec.name == "service.errors"]
+    assert len(errors) == 1 and errors[0].exc_info is not None
+    assert "secret internals" in str(errors[0].exc_info[1])  # the details go to the log, not to the client
+    access = [rec for rec in caplog.records if rec.name == "service.access" and rec.request_id == "bug-report-42"]
+    assert [rec.status for rec in access] == [500]
+
+
+@pytest.mark.parametrize(("path", "problem"), [("/v1/boom", True), ("/v2/boom", False)])
+def test_any_route_bug_is_a_500_in_the_paths_format(path: str, problem: bool) -> None:
+    app = create_app(settings())
+
+    async def boom() -> None:
+        raise KeyError("internal state")
+
+    app.add_api_route(path, boom)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.get(path)
+    assert r.status_code == 500 and "internal state" not in r.text
+    if problem:
+        assert_problem(r, 500)
+    else:
+        assert r.headers["content-type"] == "application/json" and set(r.json()) == {"error"}
