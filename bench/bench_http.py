@@ -14,9 +14,9 @@ The run:
 2. for each case, checks one request answers 200, then measures with wrk
    (``bench/http_post.lua``): latency p50/p99 with 1 connection, and
    throughput with 16 connections;
-3. runs the same request in-process (the handler's own functions, no HTTP):
-   total, engine only, diagnostics, and the rest (parse, decode, encode,
-   serialize);
+3. right after, runs the same request in-process (the handler's own
+   functions, no HTTP): total, engine only, diagnostics, and the rest (parse,
+   decode, encode, serialize);
 4. prints a Markdown table, the machine, and the issue's ratios.
 
 Cases: /v1/attention for (1, 1, 4, 4) and (1, 8, 128, 64) with weights and
@@ -353,13 +353,12 @@ def main(argv: list[str] | None = None) -> int:
                 wrk(case.method, url, body_file, case.headers, 1, min(1.0, duration))  # warm-up
                 case.e2e = wrk(case.method, url, body_file, case.headers, 1, duration)
                 case.e2e_c = wrk(case.method, url, body_file, case.headers, args.connections, duration)
+                if case.inproc is not None:  # right after its HTTP runs, under the same load
+                    case.local = measure_in_process(case.inproc, budget_s=min(3.0, duration))
                 print(
                     f"  {case.name}: p50 {case.e2e['p50_us'] / 1e3:.2f} ms, {case.e2e_c['rps']:.0f} req/s",
                     file=sys.stderr,
                 )
-    for case in cases:
-        if case.inproc is not None:
-            case.local = measure_in_process(case.inproc, budget_s=min(3.0, duration))
     load_end = load()
 
     print(f"### HTTP end to end, one run of `python bench/bench_http.py` (wrk, {round(duration)} s per run)\n")
