@@ -3,8 +3,44 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.settings import Settings
+
+
+def _exit_zero(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def _serve(settings: Settings) -> int:
+    """Run uvicorn until SIGTERM or SIGINT, then let requests in flight finish (up to
+    ``shutdown_grace_s``) and exit 0."""
+    import uvicorn
+
+    from service.observability.logs import log_config
+    from service.observability.multiproc import prepare_metrics_dir
+
+    prepare_metrics_dir(settings.metrics_dir)  # before anything imports prometheus-client
+    # After a graceful shutdown uvicorn re-raises the signal it caught, which would end the process
+    # as "killed by SIGTERM"; this handler (also live before uvicorn starts) makes that exit 0.
+    signal.signal(signal.SIGTERM, _exit_zero)
+    uvicorn.run(
+        "service.asgi:create_app_from_env",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        log_level=settings.log_level,
+        log_config=log_config(settings.log_level, settings.log_format),
+        access_log=False,  # the service writes its own access line per request (service.access)
+        server_header=False,
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
+    )
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -21,22 +57,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "serve":
-        import uvicorn
+        from pydantic import ValidationError
 
         from service.settings import Settings
 
         overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers)) if v is not None}
-        settings = Settings(**overrides)
-        uvicorn.run(
-            "service.asgi:create_app_from_env",
-            factory=True,
-            host=settings.host,
-            port=settings.port,
-            workers=settings.workers,
-            log_level=settings.log_level,
-            server_header=False,
-        )
-        return 0
+        try:
+            settings = Settings(**overrides)
+        except ValidationError as exc:
+            print(f"refusing to start: {exc}", file=sys.stderr)
+            return 2
+        return _serve(settings)
     if args.command == "export-models":
         from service.export import main as export_main
 

@@ -1,0 +1,179 @@
+"""``python -m service serve`` live: graceful shutdown on SIGTERM, 504 on the wire, no version banner,
+refusal to start on unsafe settings, and metrics merged across worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.hardening.conftest import SOFTMAX, metric_value, needs_promtool, promtool_check
+
+pytestmark = pytest.mark.slow  # each test starts a live server
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """``python -m service serve`` in a subprocess on a free port, with ATTN_* settings from ``env``."""
+
+    def __init__(self, env: dict[str, str], tmp_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = tmp_path / f"server-{self.port}.log"
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTN_", "PROMETHEUS_"))}
+        full_env.update({"ATTN_ENABLE_ONNX": "false", "ATTN_PORT": str(self.port), **env})
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "service", "serve"], cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT
+        )
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"server not ready in {timeout_s} s:\n{self.log()}")
+
+    def terminate(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[Any]:
+    """A factory: ``live_server(env)`` starts a server and waits until it is ready."""
+    servers: list[LiveServer] = []
+
+    def start(env: dict[str, str] | None = None) -> LiveServer:
+        server = LiveServer(env or {}, tmp_path)
+        servers.append(server)
+        server.wait_ready()
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(live_server) -> None:  # type: ignore[no-untyped-def]
+    # ATTN_DEBUG_DELAY_S (test-only) makes every admitted request take 2 s.
+    server = live_server({"ATTN_DEBUG_DELAY_S": "2", "ATTN_SHUTDOWN_GRACE_S": "20"})
+    result: dict = {}
+
+    def slow_request() -> None:
+        with httpx.Client(timeout=30) as c:
+            result["response"] = c.post(server.url + "/v1/softmax", json=SOFTMAX)
+
+    worker = threading.Thread(target=slow_request)
+    worker.start()
+    time.sleep(0.8)  # the request is in flight, sleeping inside the server
+    server.terminate()
+    time.sleep(0.5)
+    with pytest.raises(httpx.TransportError):  # the listening socket is closed: no new requests
+        httpx.get(server.url + "/healthz", timeout=2)
+    worker.join(30)
+    assert result["response"].status_code == 200, server.log()
+    assert result["response"].json()["probabilities"]
+    assert server.proc.wait(30) == 0, server.log()
+    log = server.log()
+    assert '"path":"/v1/softmax","status":200' in log  # the access line of the finished request
+
+
+def test_grace_period_bounds_the_wait(live_server) -> None:  # type: ignore[no-untyped-def]
+    server = live_server({"ATTN_DEBUG_DELAY_S": "30", "ATTN_REQUEST_TIMEOUT_S": "60", "ATTN_SHUTDOWN_GRACE_S": "1"})
+    result: dict = {}
+
+    def slow_request() -> None:
+        try:
+            with httpx.Client(timeout=30) as c:
+                result["response"] = c.post(server.url + "/v1/softmax", json=SOFTMAX)
+        except httpx.TransportError as exc:
+            result["error"] = exc
+
+    worker = threading.Thread(target=slow_request)
+    worker.start()
+    time.sleep(0.8)
+    t0 = time.monotonic()
+    server.terminate()
+    assert server.proc.wait(30) == 0, server.log()
+    assert time.monotonic() - t0 < 10  # cancelled after the 1 s grace period, not after 30 s
+    worker.join(30)
+    assert "response" not in result or result["response"].status_code != 200
+
+
+def test_no_server_banner_and_504_at_the_deadline_on_the_wire(live_server) -> None:  # type: ignore[no-untyped-def]
+    server = live_server({"ATTN_DEBUG_DELAY_S": "3", "ATTN_REQUEST_TIMEOUT_S": "0.5", "ATTN_QUEUE_TIMEOUT_S": "0.2"})
+    t0 = time.monotonic()
+    r = httpx.post(server.url + "/v1/softmax", json=SOFTMAX, timeout=30)
+    assert r.status_code == 504 and r.headers["content-type"] == "application/problem+json"
+    assert time.monotonic() - t0 < 2.0  # at the deadline, not when the 3 s of work end
+    for path in ("/healthz", "/nope"):
+        r = httpx.get(server.url + path)
+        assert "server" not in r.headers, r.headers
+        assert r.headers["x-content-type-options"] == "nosniff"
+    server.terminate()
+    assert server.proc.wait(30) == 0
+
+
+def test_serve_refuses_to_start_on_unsafe_settings() -> None:
+    key = "a-perfectly-good-key-0001"
+    env = {"PATH": "/usr/bin:/bin", "ATTN_ENABLE_ONNX": "false", "ATTN_API_KEYS": f"{key},short"}
+    done = subprocess.run([sys.executable, "-m", "service", "serve"], cwd=ROOT, env=env, capture_output=True, timeout=60)
+    assert done.returncode == 2
+    err = done.stderr.decode()
+    assert "refusing to start" in err and "key #2 has 5 characters" in err
+    assert key not in err
+
+
+@needs_promtool
+def test_metrics_of_all_workers_are_merged(live_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two uvicorn workers, multiprocess mode: whichever worker answers the scrape counts every request."""
+    server = live_server({"ATTN_WORKERS": "2", "ATTN_METRICS_DIR": str(tmp_path / "metrics")})
+    with httpx.Client(base_url=server.url, timeout=10) as c:
+        for _ in range(20):
+            c.get("/healthz", headers={"connection": "close"})  # new connections spread over the workers
+        counts = []
+        for _ in range(20):  # a request is counted just after its answer is sent: allow the last one a moment
+            text = c.get("/metrics", headers={"connection": "close"}).text
+            counts.append(metric_value(text, "attn_http_requests_total", method="GET", route="/healthz", status="200"))
+            if counts[-3:] == [20, 20, 20]:
+                break
+            time.sleep(0.05)
+        assert counts[-3:] == [20, 20, 20], counts
+        pids = {path.stem.rpartition("_")[2] for path in (tmp_path / "metrics").glob("counter_*.db")}
+        assert len(pids) == 2, pids  # both workers keep their values in the shared directory
+        promtool_check(text)
+    server.terminate()
+    assert server.proc.wait(30) == 0
