@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: serve test bench bench-engines bench-http export-models image smoke-podman clean
+.PHONY: serve test bench bench-engines bench-http load-test export-models image smoke-podman clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ bench: $(VENV)/.installed
 # End-to-end HTTP benchmark; needs wrk (Debian/Ubuntu: apt-get install -y wrk).
 bench-http: $(VENV)/.installed
 	$(BIN)/python bench/bench_http.py
+
+# 60 s at concurrency 64, valid + invalid + oversized requests; needs wrk (apt-get install -y wrk).
+load-test: $(VENV)/.installed
+	$(BIN)/python bench/load_test.py
 
 export-models: $(VENV)/.installed
 	$(BIN)/python -m service export-models

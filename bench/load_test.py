@@ -1,0 +1,205 @@
+"""Load test (issue 5): 60 s at concurrency 64 with valid, invalid and oversized requests.
+
+    python bench/load_test.py [--duration 60] [--concurrency 64] [--warmup 10] [--json out.json]
+
+Needs wrk (Debian/Ubuntu: ``apt-get install -y wrk``). The run starts the
+service the way production runs it (``python -m service serve``, settings from
+the ``ATTN_*`` environment; ``ATTN_MAX_BODY_BYTES`` defaults to 1 MiB here so
+that an oversized request is 1.5 MiB of loopback traffic, not 48 MiB), drives
+it with wrk and ``bench/load_mix.lua`` (64 connections, 2 threads, 60 s client
+timeout), and stops it with SIGTERM.
+
+Request mix (weights): /v1/attention with nested JSON (2, 16, 16) (30), with
+base64 (1, 4, 64, 32) (15), /v1/softmax (8, 64) (15); invalid bodies:
+malformed JSON, shapes that disagree, an unknown field, a wrong type (30);
+oversized bodies (10). Every request carries ``X-Request-ID: <kind>-<n>``; the
+server echoes it, so each answer is tallied under its kind.
+
+Reports: requests answered, by status and by kind; latency p50/p90/p99/max
+(wrk, all answers); wrk's socket errors (a request without an answer); the
+server's resident memory (VmRSS) after start-up, after the warm-up and at the
+end; the server's own counters. Exits 1 when one of the issue's expectations
+fails: no 5xx other than 503, no request lost, final RSS within 10% of the
+post-warm-up RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+LUA = ROOT / "bench" / "load_mix.lua"
+ONE_MIB = 1 << 20
+
+
+def _tensor_b64(arr: np.ndarray) -> dict[str, Any]:
+    return {"shape": list(arr.shape), "dtype": "float32", "b64": base64.b64encode(arr.astype("<f4").tobytes()).decode()}
+
+
+def build_requests(max_body_bytes: int) -> dict[str, tuple[str, bytes, int]]:
+    """kind -> (path, body, weight)."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 16, 16)).round(4).tolist() for _ in range(3))
+    qb, kb, vb = (rng.standard_normal((1, 4, 64, 32), dtype=np.float32) for _ in range(3))
+    dump = lambda obj: json.dumps(obj).encode()  # noqa: E731
+    return {
+        "valid_attention_json": ("/v1/attention", dump({"query": q, "key": k, "value": v, "causal": True}), 30),
+        "valid_attention_b64": (
+            "/v1/attention",
+            dump({"query": _tensor_b64(qb), "key": _tensor_b64(kb), "value": _tensor_b64(vb), "return": ["output"], "encoding": "base64"}),
+            15,
+        ),
+        "valid_softmax": ("/v1/softmax", dump({"logits": rng.standard_normal((8, 64)).round(4).tolist(), "log": True}), 15),
+        "invalid_json": ("/v1/attention", b'{"query": [[1, 2], ', 8),
+        "invalid_shapes": ("/v1/attention", dump({"query": [[1.0, 2.0]], "key": [[1.0, 2.0, 3.0]], "value": [[1.0]]}), 8),
+        "invalid_field": ("/v1/softmax", dump({"logits": [1.0, 2.0], "temprature": 2}), 7),
+        "invalid_type": ("/v1/softmax", dump({"logits": "one, two"}), 7),
+        "oversized": ("/v1/softmax", b'{"logits": [' + b"0.125, " * (int(max_body_bytes * 1.5) // 7) + b"0.5]}", 10),
+    }
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_counters(url: str) -> dict[str, float]:
+    """Rejections by reason, requests in flight and answers by status, from the server's /metrics."""
+    out: dict[str, float] = {}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if m := re.match(r'attn_http_requests_rejected_total\{reason="(\w+)"\} (\S+)', line):
+            out[f"rejected_{m.group(1)}"] = float(m.group(2))
+        elif line.startswith("attn_http_requests_in_flight "):
+            out["in_flight"] = float(line.split()[1])
+        elif m := re.match(r'process_resident_memory_bytes (\S+)', line):
+            out["process_resident_memory_mib"] = round(float(m.group(1)) / ONE_MIB, 1)
+    return out
+
+
+def run_wrk(url: str, args: list[str], concurrency: int, seconds: float) -> dict[str, Any]:
+    cmd = ["wrk", "-t2", f"-c{concurrency}", f"-d{seconds:g}s", "--timeout", "60s", "-s", str(LUA), url, "--", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("LOAD ")), None)
+    if line is None:
+        raise RuntimeError(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return json.loads(line[5:])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--warmup", type=float, default=10.0)
+    parser.add_argument("--json", help="also write the report here")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        print("wrk is not installed (apt-get install -y wrk)", file=sys.stderr)
+        return 2
+
+    max_body = int(os.environ.get("ATTN_MAX_BODY_BYTES", ONE_MIB))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    workdir = Path(tempfile.mkdtemp(prefix="load_test_"))
+    env = {**os.environ, "ATTN_PORT": str(port), "ATTN_MAX_BODY_BYTES": str(max_body)}
+    log = open(workdir / "server.log", "wb")
+    server = subprocess.Popen([sys.executable, "-m", "service", "serve"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                print(f"server not ready; see {log.name}", file=sys.stderr)
+                return 2
+            time.sleep(0.2)
+
+        wrk_args: list[str] = []
+        requests = build_requests(max_body)
+        for kind, (path, body, weight) in requests.items():
+            (workdir / f"{kind}.json").write_bytes(body)
+            wrk_args += [kind, path, str(workdir / f"{kind}.json")] * weight
+
+        rss = {"after_start": rss_bytes(server.pid)}
+        load_before = os.getloadavg()
+        run_wrk(url, wrk_args, args.concurrency, args.warmup)
+        time.sleep(2.0)
+        rss["after_warmup"] = rss_bytes(server.pid)
+        result = run_wrk(url, wrk_args, args.concurrency, args.duration)
+        time.sleep(2.0)  # let the server finish what it was doing
+        rss["end"] = rss_bytes(server.pid)
+        counters = server_counters(url)
+        load_after = os.getloadavg()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        exit_code = server.wait(60)
+        log.close()
+
+    by_status: Counter[str] = Counter()
+    by_kind: dict[str, Counter[str]] = defaultdict(Counter)
+    for key, n in result["counts"]:
+        kind, status = key.rsplit(" ", 1)
+        by_status[status] += n
+        by_kind[kind][status] += n
+    answered = sum(by_status.values())
+    lost = sum(result["errors"].values())
+    growth = rss["end"] / rss["after_warmup"] - 1
+    report = {
+        "machine": {"cpus": os.cpu_count(), "load_average_before": [round(x, 2) for x in load_before],
+                    "load_average_after": [round(x, 2) for x in load_after]},
+        "settings": {"duration_s": args.duration, "concurrency": args.concurrency, "warmup_s": args.warmup,
+                     "max_body_bytes": max_body, "body_bytes": {k: len(b) for k, (_, b, _) in requests.items()}},
+        "results": {
+            "requests_answered": answered,
+            "requests_per_s": round(answered / (result["duration_us"] / 1e6), 1),
+            "by_status": dict(sorted(by_status.items())),
+            "by_kind": {k: dict(sorted(v.items())) for k, v in sorted(by_kind.items())},
+            "lost_without_answer": result["errors"],
+            "latency_ms": {q: round(result[f"{q}_us"] / 1e3, 2) for q in ("p50", "p90", "p99", "max")},
+            "rss_mib": {k: round(v / ONE_MIB, 1) for k, v in rss.items()},
+            "rss_change_vs_warmup_pct": round(100 * growth, 1),
+        },
+        "server_counters": counters,
+        "server_exit_code_after_sigterm": exit_code,
+    }
+    server_errors = {s: n for s, n in by_status.items() if s.startswith("5") and s != "503"}
+    report["checks"] = {
+        "no 5xx other than 503": not server_errors,
+        "no request lost without an answer": lost == 0 and answered == result["requests"],
+        "RSS at the end within 10% of after warm-up": abs(growth) <= 0.10,
+    }
+    print(json.dumps(report, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0 if all(report["checks"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
