@@ -74,7 +74,7 @@ def install_hardening(app: FastAPI, settings: Settings) -> ServiceMetrics:
     # add_middleware puts each new middleware outside the ones before it: innermost first.
     gate = AdmissionGate(
         settings.max_concurrent_requests, settings.max_queued_requests, settings.queue_timeout_s,
-        on_change=lambda active, queued: (metrics.in_flight.set(active), metrics.queued.set(queued)),
+        on_change=metrics.set_admission,
     )
     app.add_middleware(
         AdmissionMiddleware, gate=gate, exempt=OPERATIONAL_PATHS, retry_after_s=settings.retry_after_s,

@@ -29,8 +29,8 @@ class BodyTooLarge(HTTPException):
     HTTPExceptions met while reading a body instead of turning them into 400s).
     """
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, f"the request body is larger than the limit of {limit} bytes")
+    def __init__(self, detail: str) -> None:
+        super().__init__(413, detail)
 
 
 class BodySizeLimitMiddleware:
@@ -46,6 +46,7 @@ class BodySizeLimitMiddleware:
         self.app = app
         self.max_bytes = max_bytes
         self.metrics = metrics
+        self.detail = f"the request body is larger than the limit of {max_bytes} bytes"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -54,7 +55,7 @@ class BodySizeLimitMiddleware:
         declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             self.metrics.rejected.labels("body_too_large").inc()
-            await send_error(scope, receive, send, 413, BodyTooLarge(self.max_bytes).detail)
+            await send_error(scope, receive, send, 413, self.detail)
             return
         received = 0
 
@@ -65,7 +66,7 @@ class BodySizeLimitMiddleware:
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
                     self.metrics.rejected.labels("body_too_large").inc()
-                    raise BodyTooLarge(self.max_bytes)
+                    raise BodyTooLarge(self.detail)
             return message
 
         await self.app(scope, limited_receive, send)

@@ -86,6 +86,11 @@ class ServiceMetrics:
         children[0].inc()
         children[1].observe(seconds)
 
+    def set_admission(self, in_flight: int, queued: int) -> None:
+        """The admission gate's state, after each change."""
+        self.in_flight.set(in_flight)
+        self.queued.set(queued)
+
     def exposition(self) -> bytes:
         """The text format of every metric (of all workers in multiprocess mode)."""
         if self.multiprocess:
