@@ -584,3 +584,9 @@ def test_mangled_binary_framing_is_400_never_5xx(
         assert all(np.isfinite(a).all() for a in arrays.values())
     else:
         assert set(r.json()) == {"error"}
+
+
+def test_refusals_outside_the_routes_use_the_protocol_error_too(client) -> None:
+    assert_error(post(client, b"{" + b" " * (CAP + 10) + b"}"), 413, "larger than the limit")
+    assert_error(client.get("/v2/nothing/here"), 404)
+    assert_error(client.get("/v2/models/attention/infer"), 405)
