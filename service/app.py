@@ -41,7 +41,7 @@ a zero output. Errors are RFC 9457 problem+json.
 
 def default_engines(settings: Settings) -> dict[str, Engine]:
     """The numpy engine, plus the ONNX engine over ``settings.models_dir`` when enabled."""
-    engines: dict[str, Engine] = {"numpy": NumpyEngine()}
+    engines: dict[str, Engine] = {"numpy": NumpyEngine(threads=settings.numpy_threads)}
     if settings.enable_onnx:
         from service.engines.onnx_engine import OnnxEngine  # onnxruntime is imported only when used
 
@@ -66,6 +66,7 @@ def create_app(settings: Settings | None = None, *, engines: Mapping[str, Engine
         # /readyz says 503 until the engines are ready.
         threading.Thread(target=runtime.start_engines, name="engine-startup", daemon=True).start()
         yield
+        runtime.close_engines()
 
     app = FastAPI(
         title="Attention service",

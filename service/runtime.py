@@ -48,6 +48,17 @@ class Runtime:
         finally:
             self.startup_done.set()
 
+    def close_engines(self) -> None:
+        """Release what engines hold (thread pools, sessions) at shutdown."""
+        self.startup_done.wait(timeout=60)
+        for engine in self.engines.values():
+            close = getattr(engine, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:
+                    logger.exception("closing engine %s failed", engine.name)
+
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """(ready, details): ready once start-up finished and every configured engine is ready."""
         engines = {name: bool(engine.ready) for name, engine in self.engines.items()}

@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     )
     onnx_intra_op_threads: int = Field(0, ge=0, description="0 lets ONNX Runtime choose.")
     onnx_graph_optimization_level: Literal["disable", "basic", "extended", "all"] = "all"
+    numpy_threads: int = Field(
+        0, ge=0, le=256, description="Worker threads of the numpy engine (BLAS then runs one thread each); 0: one per CPU."
+    )
 
     # Diagnostics thresholds (semantics.md, "Diagnostics")
     diag_collapsed_max_weight: float = Field(_DIAG.collapsed_max_weight, gt=0, le=1)

@@ -14,6 +14,7 @@ the block, and peak memory beyond the result is one ``(G*L, S)`` block.
 from __future__ import annotations
 
 import math
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,6 +131,9 @@ class _Prepared:
     bias: np.ndarray | None  # rank-4 additive bias, already divided by the temperature
     valid_keys: np.ndarray
     factor: float  # scale / temperature
+    q5: np.ndarray  # q viewed as (B, Hkv, G, L, E)
+    drop5: np.ndarray | None  # drop as (B|1, Hkv|1, G|1, L|1, S|1)
+    bias5: np.ndarray | None
 
 
 def _prepare(inputs: AttentionInputs, params: AttentionParams, dtype: np.dtype) -> _Prepared:
@@ -166,66 +170,170 @@ def _prepare(inputs: AttentionInputs, params: AttentionParams, dtype: np.dtype) 
         bias=bias,
         valid_keys=valid_key_counts(keep, target),
         factor=scale / params.temperature,
+        q5=_split_heads(q, dims),
+        drop5=_mask5(drop, dims),
+        bias5=_mask5(bias, dims),
     )
 
 
-def _block(a: np.ndarray | None, b: int, heads: slice) -> np.ndarray | None:
-    """The (G|1, L|1, S|1) slice of a broadcastable rank-4 mask for one block."""
+# Scores per chunk (2 MiB of float32). Measured on the benchmark machine:
+# larger chunks keep the GEMMs efficient, smaller ones the softmax passes in
+# cache; 2**19 was best for (4, 12, 512, 64), and chunks below 2**15 lose to
+# per-call overhead.
+CHUNK_ELEMENTS = 1 << 19
+MIN_CHUNK_ELEMENTS = 1 << 15
+# Below this many scores in all, handing chunks to threads costs more than it saves.
+PARALLEL_MIN_ELEMENTS = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """Query rows of one batch ``b``: kv heads ``kv``, groups ``g`` and rows ``l``.
+
+    At most one of the three ranges is partial, and only the innermost
+    non-full one, so every slice of a C-contiguous (B, Hkv, G, L, X) array for
+    a chunk is contiguous and reshapes to (kv heads, rows, X) without a copy.
+    """
+
+    b: int
+    kv: slice
+    g: slice
+    l: slice
+
+
+def _chunks(d: Dims, budget: int) -> list[_Chunk]:
+    """Split the work into chunks of about ``budget`` scores (at least one row each)."""
+    G, L, S = d.group, d.L, d.S
+    all_g, all_l = slice(0, G), slice(0, L)
+    chunks: list[_Chunk] = []
+    for b in range(d.B):
+        if G * L * S <= budget:  # several whole kv heads
+            n = budget // (G * L * S)
+            chunks += [_Chunk(b, slice(kv, min(kv + n, d.Hkv)), all_g, all_l) for kv in range(0, d.Hkv, n)]
+        elif L * S <= budget:  # several query heads of one kv head
+            n = budget // (L * S)
+            chunks += [
+                _Chunk(b, slice(kv, kv + 1), slice(g, min(g + n, G)), all_l)
+                for kv in range(d.Hkv)
+                for g in range(0, G, n)
+            ]
+        else:  # rows of one query head
+            n = max(1, budget // S)
+            chunks += [
+                _Chunk(b, slice(kv, kv + 1), slice(g, g + 1), slice(l, min(l + n, L)))
+                for kv in range(d.Hkv)
+                for g in range(G)
+                for l in range(0, L, n)
+            ]
+    return chunks
+
+
+def _split_heads(x: np.ndarray, d: Dims) -> np.ndarray:
+    """View a (B, Hq, L, X) array as (B, Hkv, G, L, X)."""
+    return x.reshape(x.shape[0], d.Hkv, d.group, x.shape[2], x.shape[3])
+
+
+def _mask5(a: np.ndarray | None, d: Dims) -> np.ndarray | None:
+    """A rank-4 broadcastable mask as rank 5 (B|1, Hkv|1, G|1, L|1, S|1)."""
     if a is None:
         return None
-    bi = b if a.shape[0] > 1 else 0
-    return a[bi, heads] if a.shape[1] > 1 else a[bi]
+    if a.shape[1] == 1:
+        return a.reshape(a.shape[0], 1, 1, a.shape[2], a.shape[3])
+    return _split_heads(a, d)
 
 
-def _scores_block(p: _Prepared, b: int, kv: int, out: np.ndarray) -> None:
-    """Write the normalizer input ``(scale*QK^T + bias)/T`` of one block into ``out`` (G*L, S)."""
-    d = p.dims
-    G = d.group
-    heads = slice(kv * G, (kv + 1) * G)
-    qb = p.q[b, heads].reshape(G * d.L, d.E)
-    qb = qb * qb.dtype.type(p.factor)  # scaling Q (G*L*E) is cheaper than scaling the scores (G*L*S)
-    np.matmul(qb, p.k[b, kv].T, out=out)
-    z3 = out.reshape(G, d.L, d.S)
-    bias = _block(p.bias, b, heads)
+def _mask_chunk(a: np.ndarray | None, c: _Chunk) -> np.ndarray | None:
+    """The part of a rank-5 broadcastable mask that covers chunk ``c``."""
+    if a is None:
+        return None
+    every = slice(None)
+    return a[
+        c.b if a.shape[0] > 1 else 0,
+        c.kv if a.shape[1] > 1 else every,
+        c.g if a.shape[2] > 1 else every,
+        c.l if a.shape[3] > 1 else every,
+    ]
+
+
+def _chunk_rows(x5: np.ndarray, c: _Chunk) -> np.ndarray:
+    """The (kv heads, rows, X) view of a C-contiguous (B, Hkv, G, L, X) array for chunk ``c``."""
+    part = x5[c.b, c.kv, c.g, c.l]
+    rows = part.reshape(part.shape[0], part.shape[1] * part.shape[2], part.shape[3])
+    assert np.shares_memory(rows, x5), "chunk views must not copy"
+    return rows
+
+
+def _chunk_scores(p: _Prepared, c: _Chunk, out: np.ndarray) -> None:
+    """Write the normalizer input ``(scale*QK^T + bias)/T`` of chunk ``c`` into ``out`` (kv heads, rows, S)."""
+    q = p.q5[c.b, c.kv, c.g, c.l]
+    q = (q * q.dtype.type(p.factor)).reshape(out.shape[0], out.shape[1], p.dims.E)  # scaling Q is cheaper than the scores
+    np.matmul(q, p.k[c.b, c.kv].transpose(0, 2, 1), out=out)
+    z4 = out.reshape(q.shape[0], c.g.stop - c.g.start, c.l.stop - c.l.start, p.dims.S)
+    bias = _mask_chunk(p.bias5, c)
     if bias is not None:
-        with np.errstate(invalid="ignore"):
-            z3 += bias
-    drop = _block(p.drop, b, heads)
+        z4 += bias
+    drop = _mask_chunk(p.drop5, c)
     if drop is not None:
-        np.copyto(z3, -np.inf, where=drop)
+        np.copyto(z4, -np.inf, where=drop)
 
 
-def _forward_blocks(
+def _exp_shifted(z: np.ndarray) -> np.ndarray:
+    """In place ``z <- exp(z - rowmax)``; returns the row sums, with 0 (fully masked rows) replaced by 1."""
+    m = z.max(axis=-1, keepdims=True)
+    m[np.isneginf(m)] = 0  # a fully masked row: exp(-inf - 0) = 0, not exp(-inf + inf) = NaN
+    z -= m
+    np.exp(z, out=z)
+    s = z.sum(axis=-1, keepdims=True)
+    s[s == 0] = 1
+    return s
+
+
+def _forward_chunk(
     p: _Prepared,
+    c: _Chunk,
     normalizer: str,
     alpha: float | None,
-    output: np.ndarray,
-    weights: np.ndarray | None,
-    scores: np.ndarray | None,
-    scratch: np.ndarray | None,
+    output5: np.ndarray,
+    weights5: np.ndarray | None,
+    scores5: np.ndarray | None,
 ) -> None:
-    """Fill ``output`` (and ``weights``/``scores`` when given) block by block."""
+    """Fill chunk ``c`` of the output (and of the weights and scores when given)."""
     d = p.dims
-    G = d.group
-    for b in range(d.B):
-        for kv in range(d.Hkv):
-            heads = slice(kv * G, (kv + 1) * G)
-            z = weights[b, heads].reshape(G * d.L, d.S) if weights is not None else scratch
-            _scores_block(p, b, kv, z)
-            if scores is not None:
-                scores[b, heads] = z.reshape(G, d.L, d.S)
-            if normalizer == "softmax":
-                normalizers.softmax(z, out=z)
-                a = z
-            else:
-                a = normalizers.normalize(z, normalizer, alpha=alpha)
-                if weights is not None:
-                    z[...] = a
-            np.matmul(a, p.v[b, kv], out=output[b, heads].reshape(G * d.L, d.Ev))
+    out = _chunk_rows(output5, c)
+    if weights5 is not None:
+        z = _chunk_rows(weights5, c)
+    else:
+        z = np.empty((out.shape[0], out.shape[1], d.S), dtype=out.dtype)
+    # float32 scores beyond ~3e38 overflow; run_attention reports that as a NumericalError.
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        _chunk_scores(p, c, z)
+        if scores5 is not None:
+            _chunk_rows(scores5, c)[...] = z
+        v = p.v[c.b, c.kv]
+        if normalizer == "softmax":
+            sums = _exp_shifted(z)
+            if weights5 is not None:
+                z /= sums
+                np.matmul(z, v, out=out)
+            else:  # normalize the (rows, Ev) output instead of the (rows, S) weights
+                np.matmul(z, v, out=out)
+                out /= sums
+        else:
+            a = normalizers.normalize(z, normalizer, alpha=alpha)
+            if weights5 is not None:
+                z[...] = a
+            np.matmul(a, v, out=out)
 
 
-def run_attention(task: AttentionTask) -> AttentionResult:
+def run_attention(task: AttentionTask, *, executor: Executor | None = None, workers: int = 1) -> AttentionResult:
     """Run attention on numpy; the reference implementation of semantics.md.
+
+    The work is split into chunks of query rows (at most :data:`CHUNK_ELEMENTS`
+    scores each) so that peak memory beyond the result is one chunk per
+    thread. With an ``executor`` of ``workers`` threads (BLAS then best limited
+    to one thread, as :class:`~service.engines.numpy_engine.NumpyEngine` does),
+    requests of at least :data:`PARALLEL_MIN_ELEMENTS` scores are cut into at
+    least ``workers`` chunks that run in parallel.
 
     Raises :class:`InvalidInput` for inputs the contract rejects and
     :class:`NumericalError` when a result would not be finite (float32 scores
@@ -234,15 +342,28 @@ def run_attention(task: AttentionTask) -> AttentionResult:
     params = task.params
     p = _prepare(task.inputs, params, task.dtype)
     d = p.dims
-    G = d.group
     dtype = p.q.dtype
     output = np.empty((d.B, d.Hq, d.L, d.Ev), dtype=dtype)
     weights = np.empty(d.weights_shape, dtype=dtype) if task.need_weights else None
     scores = np.empty(d.weights_shape, dtype=dtype) if task.need_scores else None
-    scratch = None if weights is not None else np.empty((G * d.L, d.S), dtype=dtype)
-    # float32 scores beyond ~3e38 overflow; that is reported below as a NumericalError, not as warnings.
-    with np.errstate(over="ignore", invalid="ignore"):
-        _forward_blocks(p, params.normalizer, params.alpha, output, weights, scores, scratch)
+    output5 = _split_heads(output, d)
+    weights5 = None if weights is None else _split_heads(weights, d)
+    scores5 = None if scores is None else _split_heads(scores, d)
+    total = d.B * d.Hq * d.L * d.S
+    parallel = executor is not None and workers > 1 and total >= PARALLEL_MIN_ELEMENTS
+    budget = max(MIN_CHUNK_ELEMENTS, min(CHUNK_ELEMENTS, -(-total // workers))) if parallel else CHUNK_ELEMENTS
+    chunks = _chunks(d, budget)
+
+    def work(c: _Chunk) -> None:
+        _forward_chunk(p, c, params.normalizer, params.alpha, output5, weights5, scores5)
+
+    if parallel and len(chunks) > 1:
+        assert executor is not None
+        for _ in executor.map(work, chunks):
+            pass
+    else:
+        for c in chunks:
+            work(c)
     if not np.isfinite(output).all():
         raise NumericalError(
             f"the attention output is not finite in {np.dtype(dtype).name}: the scores overflowed "
@@ -310,16 +431,18 @@ def attention_backward(task: AttentionTask, grad_output: np.ndarray) -> Attentio
     dk = np.zeros_like(p.k)
     dv = np.zeros_like(p.v)
     scale = params.scale if params.scale is not None else 1.0 / math.sqrt(d.E)
-    z = np.empty((G * d.L, d.S), dtype=p.q.dtype)
+    z = np.empty((1, G * d.L, d.S), dtype=p.q.dtype)
     for b in range(d.B):
         for kv in range(d.Hkv):
             heads = slice(kv * G, (kv + 1) * G)
-            _scores_block(p, b, kv, z)
-            a = normalizers.normalize(z, params.normalizer, alpha=params.alpha)
+            with np.errstate(over="ignore", invalid="ignore"):
+                _chunk_scores(p, _Chunk(b, slice(kv, kv + 1), slice(0, G), slice(0, d.L)), z)
+            z2 = z[0]
+            a = normalizers.normalize(z2, params.normalizer, alpha=params.alpha)
             dob = go4[b, heads].reshape(G * d.L, d.Ev)
             dv[b, kv] = a.T @ dob
             da = dob @ p.v[b, kv].T
-            dz = normalizers.normalize_backward(params.normalizer, a, da, alpha=params.alpha, z=z)
+            dz = normalizers.normalize_backward(params.normalizer, a, da, alpha=params.alpha, z=z2)
             ds = dz * (scale / params.temperature)
             dq[b, heads] = (ds @ p.k[b, kv]).reshape(G, d.L, d.E)
             dk[b, kv] = ds.T @ p.q[b, heads].reshape(G * d.L, d.E)

@@ -2,22 +2,43 @@
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from service.core.attention import run_attention
 from service.core.types import AttentionResult, AttentionTask
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 class NumpyEngine:
     """Runs :func:`service.core.attention.run_attention` in-process.
 
     Supports every request the contract defines, so it is the fallback of
-    ``engine: "auto"``.
+    ``engine: "auto"``. After :meth:`start`, large requests run their chunks on
+    a pool of ``threads`` worker threads (0: one per available CPU) and BLAS is
+    limited to one thread per call, so the GEMMs and the element-wise softmax
+    passes (which numpy runs on one core) all use every core without
+    oversubscribing them. The pool is shared by concurrent requests, which
+    bounds the CPU the engine uses.
     """
 
     name = "numpy"
+
+    def __init__(self, threads: int = 0) -> None:
+        self.threads = threads or available_cpus()
+        self._executor: ThreadPoolExecutor | None = None
+        self._blas_limit: Any = None
 
     @property
     def provider(self) -> str:
@@ -27,11 +48,26 @@ class NumpyEngine:
     def ready(self) -> bool:
         return True
 
+    def start(self) -> None:
+        """Create the worker pool and limit BLAS to one thread (process-wide)."""
+        if self.threads > 1 and self._executor is None:
+            self._blas_limit = ThreadpoolController().limit(limits=1, user_api="blas")
+            self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="numpy-engine")
+
+    def close(self) -> None:
+        """Stop the pool and give BLAS its threads back."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        if self._blas_limit is not None:
+            self._blas_limit.restore_original_limits()
+            self._blas_limit = None
+
     def unsupported_reason(self, task: AttentionTask) -> str | None:
         return None
 
     def run(self, task: AttentionTask) -> AttentionResult:
-        return run_attention(task)
+        return run_attention(task, executor=self._executor, workers=self.threads if self._executor else 1)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -39,5 +75,6 @@ class NumpyEngine:
             "provider": self.provider,
             "ready": True,
             "numpy_version": np.__version__,
+            "threads": self.threads if self._executor else 1,
             "supports": "every normalizer, mask, causal alignment, float32 and float64",
         }

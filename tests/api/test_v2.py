@@ -163,6 +163,7 @@ def test_not_ready_is_503_with_retry_after() -> None:
 
     app = create_app(Settings(enable_onnx=False), engines={"numpy": NumpyEngine(), "slow": Starting()})
     with TestClient(app, raise_server_exceptions=False) as c:
+        assert app.state.runtime.startup_done.wait(10)  # start-up over: "not ready", not "starting"
         for path in ("/v2/health/ready", "/v2/models/attention/ready"):
             r = c.get(path)
             assert r.status_code == 503 and r.json()["ready"] is False and r.headers["retry-after"]

@@ -270,6 +270,41 @@ def test_backward_matches_finite_differences(normalizer: str, alpha: float | Non
         np.testing.assert_allclose(analytic, numeric, atol=1e-5, err_msg=f"d{name} for {normalizer}")
 
 
+@pytest.mark.parametrize("budget", [1, 5, 40, 200, 1000, 1 << 18])
+@pytest.mark.parametrize("threads", [None, 2])
+def test_chunking_and_threads_do_not_change_results(monkeypatch, budget: int, threads: int | None) -> None:
+    """Chunks of rows, of query heads and of kv heads (with every mask kind) give the same numbers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import service.core.attention as core
+
+    monkeypatch.setattr(core, "CHUNK_ELEMENTS", budget)
+    monkeypatch.setattr(core, "MIN_CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(core, "PARALLEL_MIN_ELEMENTS", 1)
+    rng = np.random.default_rng(budget)
+    q, k, v = rand(rng, 2, 6, 5, 4), rand(rng, 2, 2, 7, 4), rand(rng, 2, 2, 7, 3)
+    keep = rng.random((2, 6, 5, 7)) > 0.3
+    bias = rand(rng, 1, 6, 1, 7)
+    executor = ThreadPoolExecutor(threads) if threads else None
+    try:
+        for normalizer, alpha in NORMALIZERS:
+            for mask, causal, key_lengths in ((keep, "bottom_right", None), (bias, "top_left", np.array([7, 3])), (None, None, None)):
+                params = AttentionParams(normalizer=normalizer, alpha=alpha, causal=causal)
+                task = AttentionTask(AttentionInputs(q, k, v, mask, key_lengths), params, np.dtype(np.float64), True, True)
+                got = run_attention(task, executor=executor, workers=threads or 1)
+                monkeypatch.setattr(core, "CHUNK_ELEMENTS", 1 << 30)
+                want = run_attention(task)
+                monkeypatch.setattr(core, "CHUNK_ELEMENTS", budget)
+                np.testing.assert_allclose(got.output, want.output, atol=1e-12)
+                np.testing.assert_allclose(got.weights, want.weights, atol=1e-12)
+                np.testing.assert_allclose(got.scores, want.scores, atol=1e-12)  # BLAS may pick other kernels per chunk size
+                out_only = run_attention(AttentionTask(task.inputs, params, task.dtype, False), executor=executor, workers=threads or 1)
+                np.testing.assert_allclose(out_only.output, want.output, atol=1e-12)
+    finally:
+        if executor:
+            executor.shutdown()
+
+
 def test_core_imports_no_web_framework() -> None:
     import subprocess
     import sys
