@@ -35,6 +35,9 @@ bench-http: $(VENV)/.installed
 load-test: $(VENV)/.installed
 	$(BIN)/python bench/load_test.py
 
+bench-engines: $(VENV)/.installed
+	$(BIN)/python bench/bench_engines.py
+
 export-models: $(VENV)/.installed
 	$(BIN)/python -m service export-models
 

@@ -94,8 +94,10 @@ class EngineDispatcher:
 
         Contract errors (:class:`InvalidInput`, :class:`NumericalError`) propagate
         from any engine. Any other failure of an engine under ``auto`` falls back
-        to the next engine in order (logged, and said in the reason); a named
-        engine's failure becomes :class:`EngineUnavailable`.
+        to the next engine in order (logged with the traceback; the reason names
+        the exception type only, no internals). A named engine's failure is a
+        server fault and propagates (the HTTP layer answers 500 and logs it with
+        the request id): blaming the client with a 4xx would be wrong.
         """
         engine, choice = self.select(task, requested)
         try:
@@ -103,10 +105,10 @@ class EngineDispatcher:
         except (InvalidInput, NumericalError):
             raise
         except Exception as exc:
-            logger.exception("engine %s failed on a request", engine.name)
-            failure = f"{engine.name} failed ({type(exc).__name__}: {exc})"
             if requested != "auto":
-                raise EngineUnavailable(f"engine {requested!r} failed on this request: {type(exc).__name__}: {exc}") from exc
+                raise
+            logger.exception("engine %s failed on a request; falling back", engine.name)
+            failure = f"{engine.name} failed ({type(exc).__name__}, logged)"
             position = next(i for i, name in enumerate(self.order) if self.engines[name] is engine)
             for name in self.order[position + 1 :]:
                 fallback = self.engines[name]

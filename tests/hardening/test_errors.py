@@ -46,6 +46,22 @@ def test_an_engine_bug_is_a_logged_500_without_internals(caplog: pytest.LogCaptu
     assert [rec.status for rec in access] == [500]
 
 
+def test_a_named_engine_that_crashes_is_a_500_and_auto_falls_back() -> None:
+    from service.engines.numpy_engine import NumpyEngine
+
+    class BrokenOnnx(BrokenEngine):
+        name = "onnx"
+
+    app = create_app(settings(inline_max_body_bytes=0), engines={"onnx": BrokenOnnx(), "numpy": NumpyEngine()})
+    with TestClient(app, raise_server_exceptions=False) as c:
+        named = c.post("/v1/attention", json={**ATTENTION, "engine": "onnx"})
+        assert_problem(named, 500)  # the server's fault, not the client's: never a 4xx
+        assert "secret" not in named.text
+        auto = c.post("/v1/attention", json=ATTENTION)
+        assert auto.status_code == 200 and auto.json()["engine"]["name"] == "numpy"
+        assert "onnx failed (RuntimeError, logged)" in auto.json()["engine"]["reason"] and "secret" not in auto.text
+
+
 @pytest.mark.parametrize(("path", "problem"), [("/v1/boom", True), ("/v2/boom", False)])
 def test_any_route_bug_is_a_500_in_the_paths_format(path: str, problem: bool) -> None:
     app = create_app(settings())
