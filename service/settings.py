@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     )
     onnx_intra_op_threads: int = Field(0, ge=0, description="0 lets ONNX Runtime choose.")
     onnx_graph_optimization_level: Literal["disable", "basic", "extended", "all"] = "all"
+    auto_numpy_max_scores: int = Field(
+        4096, ge=0, description="Engine 'auto' tries numpy first up to this many scores (B*Hq*L*S): lower per-call overhead."
+    )
     numpy_threads: int = Field(
         0, ge=0, le=256, description="Worker threads of the numpy engine (BLAS then runs one thread each); 0: one per CPU."
     )

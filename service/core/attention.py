@@ -259,7 +259,6 @@ def _chunk_rows(x5: np.ndarray, c: _Chunk) -> np.ndarray:
     """The (kv heads, rows, X) view of a C-contiguous (B, Hkv, G, L, X) array for chunk ``c``."""
     part = x5[c.b, c.kv, c.g, c.l]
     rows = part.reshape(part.shape[0], part.shape[1] * part.shape[2], part.shape[3])
-    assert np.shares_memory(rows, x5), "chunk views must not copy"
     return rows
 
 

@@ -53,7 +53,8 @@ class FakeEngine:
 def a_task(normalizer: str = "softmax", alpha: float | None = None, dtype: str = "float32", need_weights: bool = False) -> AttentionTask:
     rng = np.random.default_rng(0)
     return AttentionTask(
-        inputs=AttentionInputs(rng.standard_normal((2, 4, 8)), rng.standard_normal((2, 6, 8)), rng.standard_normal((2, 6, 8))),
+        # 2*48*48 scores: above SMALL_TASK_SCORES, so auto keeps its default order
+        inputs=AttentionInputs(rng.standard_normal((2, 48, 8)), rng.standard_normal((2, 48, 8)), rng.standard_normal((2, 48, 8))),
         params=AttentionParams(normalizer=normalizer, alpha=alpha),
         dtype=np.dtype(dtype),
         need_weights=need_weights,
@@ -69,6 +70,18 @@ def test_auto_prefers_the_first_ready_engine_that_supports_the_task() -> None:
     assert engine is onnx
     assert choice.name == "onnx" and choice.provider == "onnx-provider"
     assert choice.reason == "auto: onnx supports this request"
+
+
+def test_auto_tries_numpy_first_on_small_requests() -> None:
+    onnx, numpy = FakeEngine("onnx"), FakeEngine("numpy")
+    d = EngineDispatcher({"onnx": onnx, "numpy": numpy})
+    rng = np.random.default_rng(0)
+    small = AttentionTask(AttentionInputs(rng.standard_normal((1, 4, 16, 8)), rng.standard_normal((1, 4, 64, 8)), rng.standard_normal((1, 4, 64, 8))))
+    engine, choice = d.select(small, "auto")  # 1*4*16*64 = 4096 scores
+    assert engine is numpy and choice.reason == "auto: small request (4096 scores): numpy has the lower per-call overhead"
+    bigger = AttentionTask(AttentionInputs(rng.standard_normal((1, 4, 17, 8)), small.inputs.key, small.inputs.value))
+    assert d.select(bigger, "auto")[0] is onnx
+    assert d.select(small, "onnx")[0] is onnx  # a named engine is always honoured
 
 
 def test_auto_falls_back_when_not_ready_or_unsupported() -> None:

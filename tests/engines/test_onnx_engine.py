@@ -114,7 +114,7 @@ def test_corrupted_model_file_makes_the_engine_not_ready(tmp_path: Path, caplog:
     assert e.models()["verified"] is False
 
     # numpy keeps serving: auto falls back and says why; asking for onnx is a 503
-    dispatcher = EngineDispatcher({"onnx": e, "numpy": NumpyEngine()})
+    dispatcher = EngineDispatcher({"onnx": e, "numpy": NumpyEngine()}, small_task_scores=0)
     result, choice = dispatcher.run(task(), "auto")
     assert choice.name == "numpy" and "onnx is not ready" in choice.reason and "corrupted" in choice.reason
     assert result.output.shape == (2, 4, 5, 3)

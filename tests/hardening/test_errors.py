@@ -52,7 +52,7 @@ def test_a_named_engine_that_crashes_is_a_500_and_auto_falls_back() -> None:
     class BrokenOnnx(BrokenEngine):
         name = "onnx"
 
-    app = create_app(settings(inline_max_body_bytes=0), engines={"onnx": BrokenOnnx(), "numpy": NumpyEngine()})
+    app = create_app(settings(inline_max_body_bytes=0, auto_numpy_max_scores=0), engines={"onnx": BrokenOnnx(), "numpy": NumpyEngine()})
     with TestClient(app, raise_server_exceptions=False) as c:
         named = c.post("/v1/attention", json={**ATTENTION, "engine": "onnx"})
         assert_problem(named, 500)  # the server's fault, not the client's: never a 4xx
