@@ -14,12 +14,12 @@ Errors come back as :class:`ServiceError` carrying the problem+json body.
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
 import numpy as np
+import pybase64  # SIMD base64, ~40x faster than the standard library on large tensors
 import orjson
 
 __all__ = ["AttentionClient", "AttentionReply", "ServiceError", "decode_tensor", "encode_tensor"]
@@ -61,14 +61,14 @@ def encode_tensor(array: np.ndarray) -> dict[str, Any]:
     else:
         a, name = a.astype(np.float64), "float64"
     a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<") if a.dtype != bool else bool)
-    return {"shape": list(a.shape), "dtype": name, "b64": base64.b64encode(a.tobytes()).decode("ascii")}
+    return {"shape": list(a.shape), "dtype": name, "b64": pybase64.b64encode(a.tobytes()).decode("ascii")}
 
 
 def decode_tensor(value: Any) -> np.ndarray:
     """A response tensor (``b64`` form or nested list) as a numpy array."""
     if isinstance(value, dict):
         dtype = np.dtype(bool) if value["dtype"] == "bool" else np.dtype(value["dtype"]).newbyteorder("<")
-        return np.frombuffer(base64.b64decode(value["b64"]), dtype=dtype).reshape(value["shape"])
+        return np.frombuffer(pybase64.b64decode(value["b64"]), dtype=dtype).reshape(value["shape"])
     return np.asarray(value, dtype=np.float64)
 
 

@@ -8,13 +8,13 @@ size limits from their declared shape before any data is converted.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import pybase64  # SIMD base64, ~40x faster than the standard library on large tensors
 
 from service.core.errors import InvalidInput
 
@@ -123,7 +123,7 @@ def _from_object(value: dict[str, Any], name: str, kind: TensorKind, limits: Ten
         if len(text) > 4 * ((expected + 2) // 3) + 4:
             raise InvalidInput(f"{name}.b64 is longer than shape {list(shape)} of {dtype_name} needs", (name, "b64"))
         try:
-            raw = base64.b64decode(text, validate=True)
+            raw = pybase64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):
             raise InvalidInput(f"{name}.b64 is not valid base64", (name, "b64")) from None
         if len(raw) != expected:
@@ -219,7 +219,7 @@ def encode_b64(arr: np.ndarray) -> dict[str, Any]:
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))
     name = "bool" if a.dtype == bool else a.dtype.name
-    return {"shape": list(a.shape), "dtype": name, "b64": base64.b64encode(a.tobytes()).decode("ascii")}
+    return {"shape": list(a.shape), "dtype": name, "b64": pybase64.b64encode(a.tobytes()).decode("ascii")}
 
 
 def encode_tensor(arr: np.ndarray, encoding: str) -> Any:
