@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
 
-    engine_name = "?"
+    engines_used: dict[str, str] = {}  # /v1 case name -> the engine `auto` chose for it
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
         port, bare_port = free_port(), free_port()
@@ -346,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
                 if status != 200:
                     raise SystemExit(f"{case.name}: {status} {content[:500]!r}")
                 case.response_bytes = len(content)
-                if case.path == "/v1/attention" and engine_name == "?":
-                    engine_name = orjson.loads(content)["engine"]["name"]
+                if case.path == "/v1/attention":
+                    engines_used[case.name] = orjson.loads(content)["engine"]["name"]
                 body_file = tmpdir / f"body{i}"
                 body_file.write_bytes(case.body)
                 wrk(case.method, url, body_file, case.headers, 1, min(1.0, duration))  # warm-up
@@ -363,9 +363,9 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"### HTTP end to end, one run of `python bench/bench_http.py` (wrk, {round(duration)} s per run)\n")
     print(*machine(), sep="\n")
-    print(
-        f"- load average (1, 5, 15 min) at start: {load_start}; at end: {load_end}; engine used by `auto`: {engine_name}\n"
-    )
+    chosen = "; ".join(f"{name}: {engine}" for name, engine in engines_used.items())
+    print(f"- load average (1, 5, 15 min) at start: {load_start}; at end: {load_end}")
+    print(f"- engine chosen by `auto`: {chosen}\n")
     print(
         "| case | request bytes | response bytes | p50 ms (c=1) | p99 ms (c=1) | req/s (c=1) | "
         f"req/s (c={args.connections}) | non-2xx | in-process ms: total | engine | diagnostics | codec |"
