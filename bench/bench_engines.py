@@ -21,41 +21,16 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
-import time
-from collections.abc import Callable
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
+from timing import matmul_rate, median_time
 
 from service.core.types import AttentionInputs, AttentionParams, AttentionTask
-from service.engines.numpy_engine import NumpyEngine, available_cpus
+from service.engines.numpy_engine import NumpyEngine
 from service.engines.onnx_engine import OnnxEngine
 from service.export import DEFAULT_MODELS_DIR
 
 SHAPES = [(1, 8, 128, 64), (4, 12, 512, 64)]
-
-
-def median_time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def matmul_rate(n: int = 2048, repeats: int = 7) -> float:
-    """float32 ``a @ a`` rate with BLAS on every core (the numpy engine limits it to one thread per call)."""
-    with ThreadpoolController().limit(limits=available_cpus(), user_api="blas"):
-        return _matmul_rate(n, repeats)
-
-
-def _matmul_rate(n: int, repeats: int) -> float:
-    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
-    return 2 * n**3 / median_time(lambda: a @ a, repeats)
 
 
 def main(argv: list[str] | None = None) -> None:

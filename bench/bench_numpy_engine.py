@@ -15,39 +15,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
-import time
-from collections.abc import Callable
 
 import numpy as np
-
-from threadpoolctl import ThreadpoolController
+from timing import all_cores, matmul_rate, median_time
 
 from service.core.types import AttentionInputs, AttentionParams, AttentionTask
-from service.engines.numpy_engine import NumpyEngine, available_cpus
+from service.engines.numpy_engine import NumpyEngine
 
 SHAPES = [(1, 1, 4, 4), (1, 8, 128, 64), (2, 12, 256, 64), (4, 12, 512, 64)]
-
-
-def median_time(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def all_cores() -> object:
-    """BLAS on every core, as plain numpy runs (the engine limits it to one thread per call)."""
-    return ThreadpoolController().limit(limits=available_cpus(), user_api="blas")
-
-
-def matmul_rate(n: int = 2048, repeats: int = 5) -> float:
-    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
-    with all_cores():
-        return 2 * n**3 / median_time(lambda: a @ a, repeats)
 
 
 def plain_numpy(q: np.ndarray, k: np.ndarray, v: np.ndarray, need_weights: bool) -> tuple[np.ndarray, np.ndarray | None]:

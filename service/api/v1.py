@@ -64,6 +64,42 @@ def decode_tensor(value: Any, name: str, *, kind: codecs.TensorKind = "float", l
     return codecs.decode_tensor(value, name, kind=kind, limits=limits)
 
 
+def _check_alpha(normalizer: str, alpha: float | None) -> None:
+    """``alpha`` belongs to ``entmax`` only; elsewhere it is a mistake worth saying."""
+    if alpha is not None and normalizer != "entmax":
+        msg = "alpha is only used with normalizer 'entmax'"
+        raise ProblemError(422, msg, errors=[{"loc": ["alpha"], "msg": msg}])
+
+
+def _float_mask_as(mask: np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
+    """A float mask in the compute dtype, finite or -inf (a masked position); a bool mask as it is."""
+    if mask is None or mask.dtype == bool:
+        return mask
+    with np.errstate(over="ignore"):
+        mask = np.asarray(mask, dtype=dtype)
+    codecs.check_finite(mask, "mask", allow_neg_inf=True)
+    return mask
+
+
+def _timing(**marks: float) -> dict[str, float]:
+    """Milliseconds between consecutive ``perf_counter`` marks (the keys name the intervals), and the total."""
+    times = list(marks.values())
+    names = list(marks)[1:]
+    out = {name: round((t1 - t0) * 1e3, 3) for name, t0, t1 in zip(names, times, times[1:])}
+    out["total"] = round((times[-1] - times[0]) * 1e3, 3)
+    return out
+
+
+def _json_body(schema: str) -> dict[str, Any]:
+    """``openapi_extra`` for a route that parses its own JSON body (see service/api/docs.py)."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+        }
+    }
+
+
 def build_attention_task(req: AttentionRequest, runtime: Runtime) -> AttentionTask:
     """Decode and check a request's tensors, enforce the budget, and build the engine task."""
     limits = _limits(runtime)
@@ -80,8 +116,7 @@ def build_attention_task(req: AttentionRequest, runtime: Runtime) -> AttentionTa
         temperature=req.temperature,
         causal=req.causal_alignment,
     )
-    if req.alpha is not None and req.normalizer != "entmax":
-        raise ProblemError(422, "alpha is only used with normalizer 'entmax'", errors=[{"loc": ["alpha"], "msg": "alpha needs normalizer 'entmax'"}])
+    _check_alpha(req.normalizer, req.alpha)
     check_params(params)
     returned = set(req.return_)
     flops, size = budget.attention_estimate(dims, req.normalizer, returned, req.precision, req.encoding)
@@ -91,10 +126,7 @@ def build_attention_task(req: AttentionRequest, runtime: Runtime) -> AttentionTa
     value = codecs.cast_checked(value, dtype, "value")
     for name, arr in (("query", query), ("key", key), ("value", value)):
         codecs.check_finite(arr, name)
-    if mask is not None and mask.dtype != bool:
-        with np.errstate(over="ignore"):
-            mask = np.asarray(mask, dtype=dtype)
-        codecs.check_finite(mask, "mask", allow_neg_inf=True)
+    mask = _float_mask_as(mask, dtype)
     key_lengths = None if req.key_lengths is None else np.asarray(req.key_lengths, dtype=np.int64)
     return AttentionTask(
         inputs=AttentionInputs(query=query, key=key, value=value, mask=mask, key_lengths=key_lengths),
@@ -148,13 +180,7 @@ def _compute_attention(runtime: Runtime, req: AttentionRequest) -> dict[str, Any
         body["diagnostics"] = diag
     t4 = time.perf_counter()
     body["engine"] = {"name": choice.name, "provider": choice.provider, "reason": choice.reason}
-    body["timing_ms"] = {
-        "decode": round((t1 - t0) * 1e3, 3),
-        "compute": round((t2 - t1) * 1e3, 3),
-        "diagnostics": round((t4 - t3) * 1e3, 3),
-        "encode": round((t3 - t2) * 1e3, 3),
-        "total": round((t4 - t0) * 1e3, 3),
-    }
+    body["timing_ms"] = _timing(start=t0, decode=t1, compute=t2, encode=t3, diagnostics=t4)
     return body
 
 
@@ -163,12 +189,7 @@ def _compute_attention(runtime: Runtime, req: AttentionRequest) -> dict[str, Any
     response_model=AttentionResponse,
     responses=PROBLEM_RESPONSES,
     summary="Compute attention",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/AttentionRequest"}}},
-        }
-    },
+    openapi_extra=_json_body("AttentionRequest"),
 )
 async def post_attention(request: Request) -> Response:
     """Scaled dot-product attention with masks, temperature and a choice of normalizer.
@@ -193,12 +214,8 @@ def _compute_softmax(runtime: Runtime, req: SoftmaxRequest) -> dict[str, Any]:
     logits = codecs.cast_checked(logits, dtype, "logits")
     codecs.check_finite(logits, "logits")
     mask = None if req.mask is None else decode_tensor(req.mask, "mask", kind="mask", limits=limits)
-    if mask is not None and mask.dtype != bool:
-        with np.errstate(over="ignore"):
-            mask = np.asarray(mask, dtype=dtype)
-        codecs.check_finite(mask, "mask", allow_neg_inf=True)
-    if req.alpha is not None and req.normalizer != "entmax":
-        raise ProblemError(422, "alpha is only used with normalizer 'entmax'", errors=[{"loc": ["alpha"], "msg": "alpha needs normalizer 'entmax'"}])
+    mask = _float_mask_as(mask, dtype)
+    _check_alpha(req.normalizer, req.alpha)
     flops, size = budget.softmax_estimate(logits.shape, req.axis, req.normalizer, req.log, req.precision, req.encoding)
     budget.enforce(_budget(runtime), flops, size)
     t1 = time.perf_counter()
@@ -218,12 +235,7 @@ def _compute_softmax(runtime: Runtime, req: SoftmaxRequest) -> dict[str, Any]:
         body["log_probabilities"] = codecs.encode_tensor(result.log_probabilities, req.encoding)
     body["diagnostics"] = probability_diagnostics(result.probabilities, axis=req.axis)
     t3 = time.perf_counter()
-    body["timing_ms"] = {
-        "decode": round((t1 - t0) * 1e3, 3),
-        "compute": round((t2 - t1) * 1e3, 3),
-        "diagnostics": round((t3 - t2) * 1e3, 3),
-        "total": round((t3 - t0) * 1e3, 3),
-    }
+    body["timing_ms"] = _timing(start=t0, decode=t1, compute=t2, diagnostics=t3)
     return body
 
 
@@ -232,12 +244,7 @@ def _compute_softmax(runtime: Runtime, req: SoftmaxRequest) -> dict[str, Any]:
     response_model=SoftmaxResponse,
     responses=PROBLEM_RESPONSES,
     summary="Normalize logits along an axis",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SoftmaxRequest"}}},
-        }
-    },
+    openapi_extra=_json_body("SoftmaxRequest"),
 )
 async def post_softmax(request: Request) -> Response:
     """Softmax (optionally with log-probabilities), sparsemax, entmax or ReLU normalization of a logits tensor."""
