@@ -107,6 +107,13 @@ def app_path(scope: Mapping[str, Any]) -> str:
     return path
 
 
+def protocol_error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
+    """The Open Inference Protocol's error object ``{"error": message}`` (the /v2 routes' error body)."""
+    return Response(
+        orjson.dumps({"error": message}), status_code=status, media_type="application/json", headers=dict(headers or {})
+    )
+
+
 def error_response(
     path: str,
     status: int,
@@ -118,7 +125,7 @@ def error_response(
     """The error body the path's protocol defines: ``{"error": detail}`` under /v2 (Open
     Inference Protocol), problem+json everywhere else; same status and headers either way."""
     if path == V2_PREFIX or path.startswith(V2_PREFIX + "/"):
-        return Response(orjson.dumps({"error": detail}), status_code=status, media_type="application/json", headers=headers)
+        return protocol_error_response(status, detail, headers)
     return problem_response(status, detail, errors=errors, headers=headers)
 
 

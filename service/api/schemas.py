@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema
 
 TENSOR_JSON_SCHEMA: dict[str, Any] = {
     "title": "Tensor",

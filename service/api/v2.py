@@ -34,7 +34,7 @@ from starlette.responses import Response
 
 from service import __version__
 from service.api import v1
-from service.api.errors import ProblemError
+from service.api.errors import ProblemError, protocol_error_response
 from service.api.schemas import AttentionRequest, SoftmaxRequest
 from service.api.v2_tensors import (
     HEADER_LENGTH,
@@ -58,13 +58,6 @@ PLATFORM = "attention_service"
 ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
 
 
-def error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
-    """The protocol's error object."""
-    return Response(
-        orjson.dumps({"error": message}), status_code=status, media_type="application/json", headers=dict(headers or {})
-    )
-
-
 REQUEST_ERRORS = (ProblemError, InvalidInput, NumericalError, StarletteHTTPException)
 """What a request can be refused with; anything else is a bug, left to the app's 500 handling."""
 
@@ -72,13 +65,13 @@ REQUEST_ERRORS = (ProblemError, InvalidInput, NumericalError, StarletteHTTPExcep
 def _as_error(exc: ProblemError | InvalidInput | NumericalError | StarletteHTTPException) -> Response:
     if isinstance(exc, ProblemError):
         # /v1's 422 (invalid input) is the protocol's 400; other statuses keep their meaning.
-        return error_response(400 if exc.status == 422 else exc.status, exc.detail, exc.headers)
+        return protocol_error_response(400 if exc.status == 422 else exc.status, exc.detail, exc.headers)
     if isinstance(exc, InvalidInput):  # its message names the field
-        return error_response(400, exc.message)
+        return protocol_error_response(400, exc.message)
     if isinstance(exc, NumericalError):
-        return error_response(400, str(exc))
+        return protocol_error_response(400, str(exc))
     # An HTTPException, e.g. the body-size limit raised while the body is read.
-    return error_response(exc.status_code, exc.detail if isinstance(exc.detail, str) else "error", exc.headers)
+    return protocol_error_response(exc.status_code, exc.detail if isinstance(exc.detail, str) else "error", exc.headers)
 
 
 class V2Route(APIRoute):
