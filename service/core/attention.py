@@ -4,11 +4,11 @@ The pipeline is semantics.md's, in order: ``scores = scale * Q K^T``, add the
 mask bias (booleans select, floats add), divide by the temperature, normalize
 over the key axis, ``output = A V``.
 
-The forward pass works one (batch, key/value head) block at a time: the query
-heads that share a key/value head (grouped-query attention, PyTorch's
-``enable_gqa`` repeat-interleave order) are stacked into one ``(G*L, E)``
-matrix so each block is a single large GEMM, the normalizer runs in place on
-the block, and peak memory beyond the result is one ``(G*L, S)`` block.
+The forward pass works on chunks of query rows (see :func:`_chunks`): the
+query heads that share a key/value head (grouped-query attention, PyTorch's
+``enable_gqa`` repeat-interleave order) are stacked so each chunk is one
+batched GEMM, the normalizer runs in place on the chunk, and peak memory
+beyond the result is one chunk per thread.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 
 from service.core import normalizers
 from service.core.errors import InvalidInput, NumericalError
-from service.core.masks import causal_keep, key_length_keep, split_mask, valid_key_counts
+from service.core.masks import combine_keep, split_mask, valid_key_counts
 from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask
 
 COMPUTE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -127,13 +127,11 @@ class _Prepared:
     k: np.ndarray
     v: np.ndarray
     dims: Dims
-    drop: np.ndarray | None  # rank-4 boolean, True = masked out
-    bias: np.ndarray | None  # rank-4 additive bias, already divided by the temperature
     valid_keys: np.ndarray
     factor: float  # scale / temperature
     q5: np.ndarray  # q viewed as (B, Hkv, G, L, E)
-    drop5: np.ndarray | None  # drop as (B|1, Hkv|1, G|1, L|1, S|1)
-    bias5: np.ndarray | None
+    drop5: np.ndarray | None  # True = masked out, as (B|1, Hkv|1, G|1, L|1, S|1)
+    bias5: np.ndarray | None  # additive bias already divided by the temperature, same layout
 
 
 def _prepare(inputs: AttentionInputs, params: AttentionParams, dtype: np.dtype) -> _Prepared:
@@ -147,18 +145,12 @@ def _prepare(inputs: AttentionInputs, params: AttentionParams, dtype: np.dtype) 
     v = _as_compute(promote_to_4d(inputs.value), dtype)
     target = dims.weights_shape
     keep, bias = split_mask(inputs.mask, target)
-    if bias is not None:
+    if bias is not None:  # divided first: a bias that overflows to -inf masks its position too
         with np.errstate(over="ignore"):
             bias = np.asarray(bias, dtype=dtype) / dtype.type(params.temperature)
-        if np.isneginf(bias).any():
-            finite = ~np.isneginf(bias)
-            keep = finite if keep is None else keep & finite
-    if params.causal is not None:
-        c = causal_keep(dims.L, dims.S, params.causal).reshape(1, 1, dims.L, dims.S)
-        keep = c if keep is None else keep & c
-    if inputs.key_lengths is not None:
-        kl = key_length_keep(inputs.key_lengths, dims.B, dims.S)
-        keep = kl if keep is None else keep & kl
+    keep = combine_keep(
+        keep, bias, causal=params.causal, key_lengths=inputs.key_lengths, batch=dims.B, L=dims.L, S=dims.S
+    )
     drop = None if keep is None else ~keep
     scale = params.scale if params.scale is not None else 1.0 / math.sqrt(dims.E)
     return _Prepared(
@@ -166,8 +158,6 @@ def _prepare(inputs: AttentionInputs, params: AttentionParams, dtype: np.dtype) 
         k=k,
         v=v,
         dims=dims,
-        drop=drop,
-        bias=bias,
         valid_keys=valid_key_counts(keep, target),
         factor=scale / params.temperature,
         q5=_split_heads(q, dims),

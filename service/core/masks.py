@@ -94,17 +94,38 @@ def keep_mask(
     A float ``mask`` contributes its ``-inf`` entries (positions it removes);
     its finite values are a bias, not a mask, and are not represented here.
     """
-    target = (batch, heads, L, S)
-    keep, bias = split_mask(mask, target)
+    keep, bias = split_mask(mask, (batch, heads, L, S))
+    return combine_keep(keep, bias, causal=causal, key_lengths=key_lengths, batch=batch, L=L, S=S)
+
+
+def combine_keep(
+    keep: np.ndarray | None,
+    bias: np.ndarray | None,
+    *,
+    causal: Causal | None,
+    key_lengths: np.ndarray | None,
+    batch: int,
+    L: int,
+    S: int,
+) -> np.ndarray | None:
+    """AND together a boolean keep-mask, the ``-inf`` entries of a float bias, causal and key padding.
+
+    Rank-4 broadcastable result; None when nothing masks.
+    """
+    parts = [keep]
     if bias is not None and np.isneginf(bias).any():
-        keep = ~np.isneginf(bias)
+        parts.append(~np.isneginf(bias))
     if causal is not None:
-        c = causal_keep(L, S, causal).reshape(1, 1, L, S)
-        keep = c if keep is None else keep & c
+        parts.append(causal_keep(L, S, causal).reshape(1, 1, L, S))
     if key_lengths is not None:
-        k = key_length_keep(key_lengths, batch, S)
-        keep = k if keep is None else keep & k
-    return keep
+        parts.append(key_length_keep(key_lengths, batch, S))
+    present = [p for p in parts if p is not None]
+    if not present:
+        return None
+    combined = present[0]
+    for p in present[1:]:
+        combined = combined & p
+    return combined
 
 
 def valid_key_counts(keep: np.ndarray | None, target: tuple[int, int, int, int]) -> np.ndarray:
