@@ -31,22 +31,29 @@ class Runtime:
     startup_error: str | None = None
 
     def start_engines(self) -> None:
-        """Start (load and warm up) every engine that has a ``start`` method; runs in a worker thread."""
-        try:
-            for engine in self.engines.values():
-                start = getattr(engine, "start", None)
-                if callable(start):
-                    t0 = time.perf_counter()
-                    start()
-                    logger.info(
-                        "engine %s started in %.1f ms (ready=%s, provider=%s)",
-                        engine.name, (time.perf_counter() - t0) * 1e3, engine.ready, engine.provider,
-                    )
-        except Exception as exc:  # a broken engine must not take the numpy engine down with it
-            self.startup_error = f"{type(exc).__name__}: {exc}"
-            logger.exception("engine start-up failed")
-        finally:
-            self.startup_done.set()
+        """Start (load and warm up) every engine that has a ``start`` method; runs in a worker thread.
+
+        Each engine is started on its own: one that fails is logged and named in
+        ``startup_error``, and the others still start.
+        """
+        errors = []
+        for engine in self.engines.values():
+            start = getattr(engine, "start", None)
+            if not callable(start):
+                continue
+            t0 = time.perf_counter()
+            try:
+                start()
+            except Exception as exc:
+                errors.append(f"{engine.name}: {type(exc).__name__}: {exc}")
+                logger.exception("engine %s failed to start", engine.name)
+                continue
+            logger.info(
+                "engine %s started in %.1f ms (ready=%s, provider=%s)",
+                engine.name, (time.perf_counter() - t0) * 1e3, engine.ready, engine.provider,
+            )
+        self.startup_error = "; ".join(errors) or None
+        self.startup_done.set()
 
     def close_engines(self) -> None:
         """Release what engines hold (thread pools, sessions) at shutdown."""
