@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> None:
         f"{onnx.describe()['onnxruntime_version']} on {onnx.provider}; float32 matmul 2048^3: {peak / 1e9:.1f} GFLOP/s"
     )
     print()
-    print("| shape (B, H, L, E), S = L | returns | numpy ms | ONNX ms | ONNX graph | numpy % of matmul | ONNX % of matmul | numpy / ONNX |")
+    print(
+        "| shape (B, H, L, E), S = L | returns | numpy ms | ONNX ms | ONNX graph | numpy % of matmul | ONNX % of matmul | numpy / ONNX |"
+    )
     print("|---|---|---:|---:|---|---:|---:|---:|")
     for shape, label, t_np, t_onnx, graph, flops in rows:
         print(
@@ -87,8 +89,10 @@ def main(argv: list[str] | None = None) -> None:
     print()
     _, _, _, t_onnx, _, flops = next(r for r in rows if r[0] == SHAPES[-1] and r[1] == "output")
     share = flops / t_onnx / peak
-    print(f"target 1: ONNX >= 60% of the matmul rate on {SHAPES[-1]}, output only: {100 * share:.0f}% "
-          f"({'met' if share >= 0.6 else 'NOT met'})")
+    print(
+        f"target 1: ONNX >= 60% of the matmul rate on {SHAPES[-1]}, output only: {100 * share:.0f}% "
+        f"({'met' if share >= 0.6 else 'NOT met'})"
+    )
     worst = max(r[2] / r[3] for r in rows)
     print(f"target 2: numpy within 2x of ONNX: worst ratio {worst:.2f} ({'met' if worst <= 2 else 'NOT met'})")
 

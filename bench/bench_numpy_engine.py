@@ -25,7 +25,9 @@ from service.engines.numpy_engine import NumpyEngine
 SHAPES = [(1, 1, 4, 4), (1, 8, 128, 64), (2, 12, 256, 64), (4, 12, 512, 64)]
 
 
-def plain_numpy(q: np.ndarray, k: np.ndarray, v: np.ndarray, need_weights: bool) -> tuple[np.ndarray, np.ndarray | None]:
+def plain_numpy(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, need_weights: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
     """The baseline: straightforward softmax attention with full-size temporaries."""
     scores = (q @ np.swapaxes(k, -1, -2)) / np.sqrt(q.shape[-1])
     e = np.exp(scores - scores.max(axis=-1, keepdims=True))
@@ -41,9 +43,11 @@ def main() -> None:
     engine = NumpyEngine()  # as the service runs it: a worker pool, BLAS one thread per call
     engine.start()
     peak = matmul_rate()
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, numpy {np.__version__}; "
-          f"float32 matmul 2048^3: {peak / 1e9:.1f} GFLOP/s; engine threads: {engine.threads}; "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, numpy {np.__version__}; "
+        f"float32 matmul 2048^3: {peak / 1e9:.1f} GFLOP/s; engine threads: {engine.threads}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     print()
     print("| shape (B, H, L, E), S = L | weights | engine ms | GFLOP/s | % of matmul | plain numpy ms | speed-up |")
     print("|---|---|---:|---:|---:|---:|---:|")

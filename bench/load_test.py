@@ -63,12 +63,28 @@ def build_requests(max_body_bytes: int) -> dict[str, tuple[str, bytes, int]]:
         "valid_attention_json": ("/v1/attention", dump({"query": q, "key": k, "value": v, "causal": True}), 30),
         "valid_attention_b64": (
             "/v1/attention",
-            dump({"query": _tensor_b64(qb), "key": _tensor_b64(kb), "value": _tensor_b64(vb), "return": ["output"], "encoding": "base64"}),
+            dump(
+                {
+                    "query": _tensor_b64(qb),
+                    "key": _tensor_b64(kb),
+                    "value": _tensor_b64(vb),
+                    "return": ["output"],
+                    "encoding": "base64",
+                }
+            ),
             15,
         ),
-        "valid_softmax": ("/v1/softmax", dump({"logits": rng.standard_normal((8, 64)).round(4).tolist(), "log": True}), 15),
+        "valid_softmax": (
+            "/v1/softmax",
+            dump({"logits": rng.standard_normal((8, 64)).round(4).tolist(), "log": True}),
+            15,
+        ),
         "invalid_json": ("/v1/attention", b'{"query": [[1, 2], ', 8),
-        "invalid_shapes": ("/v1/attention", dump({"query": [[1.0, 2.0]], "key": [[1.0, 2.0, 3.0]], "value": [[1.0]]}), 8),
+        "invalid_shapes": (
+            "/v1/attention",
+            dump({"query": [[1.0, 2.0]], "key": [[1.0, 2.0, 3.0]], "value": [[1.0]]}),
+            8,
+        ),
         "invalid_field": ("/v1/softmax", dump({"logits": [1.0, 2.0], "temprature": 2}), 7),
         "invalid_type": ("/v1/softmax", dump({"logits": "one, two"}), 7),
         "oversized": ("/v1/softmax", b'{"logits": [' + b"0.125, " * (int(max_body_bytes * 1.5) // 7) + b"0.5]}", 10),
@@ -96,7 +112,7 @@ def server_counters(url: str) -> dict[str, float]:
             out[f"rejected_{m.group(1)}"] = float(m.group(2))
         elif line.startswith("attn_http_requests_in_flight "):
             out["in_flight"] = float(line.split()[1])
-        elif m := re.match(r'process_resident_memory_bytes (\S+)', line):
+        elif m := re.match(r"process_resident_memory_bytes (\S+)", line):
             out["process_resident_memory_mib"] = round(float(m.group(1)) / ONE_MIB, 1)
     return out
 
@@ -127,7 +143,9 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="load_test_"))
     env = {**os.environ, "ATTN_PORT": str(port), "ATTN_MAX_BODY_BYTES": str(max_body)}
     log = open(workdir / "server.log", "wb")
-    server = subprocess.Popen([sys.executable, "-m", "service", "serve"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -172,10 +190,18 @@ def main() -> int:
     lost = sum(result["errors"].values())
     growth = rss["end"] / rss["after_warmup"] - 1
     report = {
-        "machine": {"cpus": os.cpu_count(), "load_average_before": [round(x, 2) for x in load_before],
-                    "load_average_after": [round(x, 2) for x in load_after]},
-        "settings": {"duration_s": args.duration, "concurrency": args.concurrency, "warmup_s": args.warmup,
-                     "max_body_bytes": max_body, "body_bytes": {k: len(b) for k, (_, b, _) in requests.items()}},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in load_after],
+        },
+        "settings": {
+            "duration_s": args.duration,
+            "concurrency": args.concurrency,
+            "warmup_s": args.warmup,
+            "max_body_bytes": max_body,
+            "body_bytes": {k: len(b) for k, (_, b, _) in requests.items()},
+        },
         "results": {
             "requests_answered": answered,
             "requests_per_s": round(answered / (result["duration_us"] / 1e6), 1),

@@ -61,7 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         from service.settings import Settings
 
-        overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers)) if v is not None}
+        overrides = {
+            k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers)) if v is not None
+        }
         try:
             settings = Settings(**overrides)
         except ValidationError as exc:

@@ -58,7 +58,11 @@ def create_app(settings: Settings | None = None, *, engines: Mapping[str, Engine
     """Build the service. ``engines`` replaces the default set (tests inject their own)."""
     settings = settings or Settings()
     engine_map = dict(engines) if engines is not None else default_engines(settings)
-    runtime = Runtime(settings=settings, engines=engine_map, dispatcher=EngineDispatcher(engine_map, small_task_scores=settings.auto_numpy_max_scores))
+    runtime = Runtime(
+        settings=settings,
+        engines=engine_map,
+        dispatcher=EngineDispatcher(engine_map, small_task_scores=settings.auto_numpy_max_scores),
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

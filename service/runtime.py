@@ -50,7 +50,10 @@ class Runtime:
                 continue
             logger.info(
                 "engine %s started in %.1f ms (ready=%s, provider=%s)",
-                engine.name, (time.perf_counter() - t0) * 1e3, engine.ready, engine.provider,
+                engine.name,
+                (time.perf_counter() - t0) * 1e3,
+                engine.ready,
+                engine.provider,
             )
         self.startup_error = "; ".join(errors) or None
         self.startup_done.set()

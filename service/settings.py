@@ -56,7 +56,8 @@ class Settings(BaseSettings):
     )
     gzip_level: int = Field(1, ge=0, le=9, description="zlib level of response compression; 0 turns it off.")
     inline_max_body_bytes: int = Field(
-        2048, ge=0,
+        2048,
+        ge=0,
         description="Requests with a body this small run on the event loop (their work costs less than a thread hop); "
         "larger ones in the thread pool.",
     )
@@ -70,10 +71,15 @@ class Settings(BaseSettings):
     onnx_intra_op_threads: int = Field(0, ge=0, description="0 lets ONNX Runtime choose.")
     onnx_graph_optimization_level: Literal["disable", "basic", "extended", "all"] = "all"
     auto_numpy_max_scores: int = Field(
-        4096, ge=0, description="Engine 'auto' tries numpy first up to this many scores (B*Hq*L*S): lower per-call overhead."
+        4096,
+        ge=0,
+        description="Engine 'auto' tries numpy first up to this many scores (B*Hq*L*S): lower per-call overhead.",
     )
     numpy_threads: int = Field(
-        0, ge=0, le=256, description="Worker threads of the numpy engine (BLAS then runs one thread each); 0: one per CPU."
+        0,
+        ge=0,
+        le=256,
+        description="Worker threads of the numpy engine (BLAS then runs one thread each); 0: one per CPU.",
     )
 
     # Diagnostics thresholds (semantics.md, "Diagnostics")
@@ -90,14 +96,15 @@ class Settings(BaseSettings):
         30.0, gt=0, le=3600, description="Time limit of one request, queue wait included (504 at the deadline)."
     )
     max_concurrent_requests: int = Field(
-        8, ge=1, le=1024, description="Requests processed at once per worker process (worker threads are bounded to this)."
+        8,
+        ge=1,
+        le=1024,
+        description="Requests processed at once per worker process (worker threads are bounded to this).",
     )
     max_queued_requests: int = Field(
         16, ge=0, le=4096, description="Requests that may wait for a slot; past it, 503 with Retry-After at once."
     )
-    queue_timeout_s: float = Field(
-        1.0, gt=0, description="Longest wait for a slot before a 503 with Retry-After."
-    )
+    queue_timeout_s: float = Field(1.0, gt=0, description="Longest wait for a slot before a 503 with Retry-After.")
     retry_after_s: int = Field(1, ge=1, le=3600, description="Retry-After (seconds) sent with 503 overload answers.")
     api_keys: Annotated[list[SecretStr] | None, NoDecode] = Field(
         None, description="API keys; unset: no authentication. Each >= 16 characters."
@@ -109,7 +116,9 @@ class Settings(BaseSettings):
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(
         [], description="Origins allowed by CORS (e.g. https://app.example.com); empty: no CORS headers at all."
     )
-    cors_allow_credentials: bool = Field(False, description="Let browsers send credentials cross-origin (never with '*').")
+    cors_allow_credentials: bool = Field(
+        False, description="Let browsers send credentials cross-origin (never with '*')."
+    )
     metrics_dir: Path | None = Field(
         None,
         description="prometheus-client multiprocess directory (PROMETHEUS_MULTIPROC_DIR); required when workers > 1.",
@@ -119,7 +128,9 @@ class Settings(BaseSettings):
         30.0, ge=0, description="On SIGTERM, how long requests in flight may take to finish before they are cancelled."
     )
     debug_delay_s: float = Field(
-        0.0, ge=0, le=60,
+        0.0,
+        ge=0,
+        le=60,
         description="TEST ONLY: sleep this long in every admitted request (tests of shutdown and backpressure); keep 0.",
     )
 
@@ -143,8 +154,10 @@ class Settings(BaseSettings):
                 problems.append("ATTN_API_KEYS is set but holds no key; unset it to run without authentication")
             for i, key in enumerate(self.api_keys):
                 if len(key.get_secret_value()) < MIN_API_KEY_LENGTH:
-                    problems.append(f"ATTN_API_KEYS: key #{i + 1} has {len(key.get_secret_value())} characters; "
-                                    f"keys must have at least {MIN_API_KEY_LENGTH}")
+                    problems.append(
+                        f"ATTN_API_KEYS: key #{i + 1} has {len(key.get_secret_value())} characters; "
+                        f"keys must have at least {MIN_API_KEY_LENGTH}"
+                    )
         for path in self.auth_exempt_paths:
             if not path.startswith("/"):
                 problems.append(f"ATTN_AUTH_EXEMPT_PATHS: {path!r} is not a path (it must start with /)")
@@ -152,7 +165,9 @@ class Settings(BaseSettings):
             if origin != "*" and not _ORIGIN.fullmatch(origin):
                 problems.append(f"ATTN_CORS_ALLOW_ORIGINS: {origin!r} is not an origin (scheme://host[:port], no path)")
         if "*" in self.cors_allow_origins and self.cors_allow_credentials:
-            problems.append("ATTN_CORS_ALLOW_ORIGINS='*' with ATTN_CORS_ALLOW_CREDENTIALS=true lets any site act as the user")
+            problems.append(
+                "ATTN_CORS_ALLOW_ORIGINS='*' with ATTN_CORS_ALLOW_CREDENTIALS=true lets any site act as the user"
+            )
         if self.workers > 1 and self.metrics_dir is None and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             problems.append("ATTN_WORKERS > 1 needs ATTN_METRICS_DIR (a directory for multiprocess metrics)")
         if self.queue_timeout_s >= self.request_timeout_s:

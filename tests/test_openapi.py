@@ -22,6 +22,23 @@ def test_openapi_documents_the_fixed_names() -> None:
     for path in ("/v1/attention", "/v1/softmax", "/healthz", "/readyz", "/v1/engines", "/v1/models"):
         assert path in paths, path
     request = schema["components"]["schemas"]["AttentionRequest"]["properties"]
-    for name in ("query", "key", "value", "mask", "causal", "key_lengths", "scale", "temperature", "normalizer", "alpha", "engine", "precision", "return", "encoding"):
+    for name in (
+        "query",
+        "key",
+        "value",
+        "mask",
+        "causal",
+        "key_lengths",
+        "scale",
+        "temperature",
+        "normalizer",
+        "alpha",
+        "engine",
+        "precision",
+        "return",
+        "encoding",
+    ):
         assert name in request, name
-    assert paths["/v1/attention"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("AttentionRequest")
+    assert paths["/v1/attention"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "AttentionRequest"
+    )

@@ -49,7 +49,9 @@ def softmax_estimate(
     return flops, response
 
 
-def attention_estimate(dims: Dims, normalizer: str, returned: Collection[str], precision: str, encoding: str) -> tuple[float, int]:
+def attention_estimate(
+    dims: Dims, normalizer: str, returned: Collection[str], precision: str, encoding: str
+) -> tuple[float, int]:
     """(flops, response bytes) of one attention request."""
     scores = dims.B * dims.Hq * dims.L * dims.S
     flops = 2.0 * scores * (dims.E + dims.Ev) + scores * normalizer_flops_per_score(normalizer, dims.S)

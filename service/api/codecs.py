@@ -42,21 +42,19 @@ class TensorLimits:
 
 def _check_shape(shape: tuple[int, ...], name: str, limits: TensorLimits, min_rank: int) -> None:
     if len(shape) > limits.max_rank or len(shape) < min_rank:
-        raise InvalidInput(
-            f"{name} has rank {len(shape)}; ranks {min_rank} to {limits.max_rank} are accepted", (name,)
-        )
+        raise InvalidInput(f"{name} has rank {len(shape)}; ranks {min_rank} to {limits.max_rank} are accepted", (name,))
     for axis, size in enumerate(shape):
         if size < 1:
-            raise InvalidInput(f"{name} has size {size} at axis {axis}; every dimension must be >= 1", (name, "shape", axis))
+            raise InvalidInput(
+                f"{name} has size {size} at axis {axis}; every dimension must be >= 1", (name, "shape", axis)
+            )
         if size > limits.max_dim:
             raise InvalidInput(
                 f"{name} has size {size} at axis {axis}, above the limit of {limits.max_dim}", (name, "shape", axis)
             )
     count = math.prod(shape)
     if count > limits.max_elements:
-        raise InvalidInput(
-            f"{name} has {count} elements, above the limit of {limits.max_elements}", (name, "shape")
-        )
+        raise InvalidInput(f"{name} has {count} elements, above the limit of {limits.max_elements}", (name, "shape"))
 
 
 def _declared_shape(value: dict[str, Any], name: str) -> tuple[int, ...]:
@@ -94,7 +92,9 @@ def _from_nested(value: list[Any], name: str, kind: TensorKind, limits: TensorLi
     try:
         arr = np.array(value)
     except (ValueError, TypeError, OverflowError) as exc:
-        raise InvalidInput(f"{name} is not a rectangular array of numbers: {exc}".split(". The detected")[0], (name,)) from None
+        raise InvalidInput(
+            f"{name} is not a rectangular array of numbers: {exc}".split(". The detected")[0], (name,)
+        ) from None
     if arr.dtype == object:
         raise InvalidInput(f"{name} is not a rectangular array of numbers (ragged nesting or null values)", (name,))
     _check_shape(arr.shape, name, limits, _MIN_RANK[kind])
@@ -167,16 +167,16 @@ def _from_object(value: dict[str, Any], name: str, kind: TensorKind, limits: Ten
     return arr
 
 
-def decode_tensor(value: Any, name: str, *, kind: TensorKind = "float", limits: TensorLimits = TensorLimits()) -> np.ndarray:
+def decode_tensor(
+    value: Any, name: str, *, kind: TensorKind = "float", limits: TensorLimits = TensorLimits()
+) -> np.ndarray:
     """Decode one wire tensor into a numpy array, raising :class:`InvalidInput` with its location."""
     if isinstance(value, list):
         arr = _from_nested(value, name, kind, limits)
     elif isinstance(value, dict):
         arr = _from_object(value, name, kind, limits)
     else:
-        raise InvalidInput(
-            f"{name} must be a nested array or an object with shape, dtype and data or b64", (name,)
-        )
+        raise InvalidInput(f"{name} must be a nested array or an object with shape, dtype and data or b64", (name,))
     return arr
 
 

@@ -103,7 +103,7 @@ def app_path(scope: Mapping[str, Any]) -> str:
     path: str = scope.get("path", "")
     root = scope.get("root_path", "")
     if root and path.startswith(root):
-        return path[len(root):] or "/"
+        return path[len(root) :] or "/"
     return path
 
 
@@ -129,7 +129,9 @@ def error_response(
     return problem_response(status, detail, errors=errors, headers=headers)
 
 
-def pydantic_errors(exc: ValidationError | RequestValidationError, prefix: Sequence[str | int] = ()) -> list[dict[str, Any]]:
+def pydantic_errors(
+    exc: ValidationError | RequestValidationError, prefix: Sequence[str | int] = ()
+) -> list[dict[str, Any]]:
     """Pydantic's errors as ``{"loc", "msg"}`` pairs, with no input echoed back."""
     out = []
     for err in exc.errors():

@@ -21,7 +21,9 @@ def _runtime(request: Request) -> Runtime:
 @router.get("/healthz", summary="Liveness: the process answers")
 async def healthz(request: Request) -> Response:
     runtime = _runtime(request)
-    return json_response({"status": "ok", "version": __version__, "uptime_s": round(time.time() - runtime.started_at, 3)})
+    return json_response(
+        {"status": "ok", "version": __version__, "uptime_s": round(time.time() - runtime.started_at, 3)}
+    )
 
 
 @router.get(

@@ -20,7 +20,11 @@ TENSOR_JSON_SCHEMA: dict[str, Any] = {
         "little-endian C-order bytes. Values must be finite."
     ),
     "anyOf": [
-        {"type": "array", "minItems": 1, "items": {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "array"}]}},
+        {
+            "type": "array",
+            "minItems": 1,
+            "items": {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "array"}]},
+        },
         {
             "type": "object",
             "required": ["shape", "dtype", "data"],
@@ -89,7 +93,8 @@ class AttentionRequest(_Strict):
         ),
     )
     causal: StrictBool | Literal["top_left", "bottom_right"] = Field(
-        False, description="true means 'top_left' (PyTorch is_causal); 'bottom_right' aligns the last query with the last key."
+        False,
+        description="true means 'top_left' (PyTorch is_causal); 'bottom_right' aligns the last query with the last key.",
     )
     key_lengths: list[Annotated[StrictInt, Field(ge=0)]] | None = Field(
         None, description="One length per batch: key j of batch b is valid iff j < key_lengths[b]."

@@ -57,7 +57,9 @@ def _budget(runtime: Runtime) -> budget.Budget:
     return budget.Budget(max_work_flops=s.max_work_flops, max_response_bytes=s.max_response_bytes)
 
 
-def decode_tensor(value: Any, name: str, *, kind: codecs.TensorKind = "float", limits: codecs.TensorLimits) -> np.ndarray:
+def decode_tensor(
+    value: Any, name: str, *, kind: codecs.TensorKind = "float", limits: codecs.TensorLimits
+) -> np.ndarray:
     """A wire tensor decoded into numpy; an array is taken as it is (/v2 decodes its own tensors and checks their limits)."""
     if isinstance(value, np.ndarray):
         return value

@@ -70,7 +70,8 @@ def inflate(body: bytes, encoding: str, max_bytes: int) -> bytes:
     wbits = _WBITS.get(encoding)
     if wbits is None:
         raise ProblemError(
-            415, f"Content-Encoding {encoding!r} is not supported; use gzip, deflate or identity",
+            415,
+            f"Content-Encoding {encoding!r} is not supported; use gzip, deflate or identity",
             headers={"Accept-Encoding": "gzip, deflate"},
         )
     out: list[bytes] = []
@@ -127,7 +128,9 @@ async def run_cpu(request: Request, body_size: int, fn: Callable[..., T], *args:
 def parse_json_object(body: bytes) -> dict[str, Any]:
     """Parse a body as one JSON object, or raise a 422 problem."""
     if not body:
-        raise ProblemError(422, "the request body is empty; send a JSON object", errors=[{"loc": ["body"], "msg": "empty body"}])
+        raise ProblemError(
+            422, "the request body is empty; send a JSON object", errors=[{"loc": ["body"], "msg": "empty body"}]
+        )
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -141,4 +144,9 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
 
 def json_response(content: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
     """Serialize with orjson (numpy arrays natively; NaN and infinities become null)."""
-    return Response(orjson.dumps(content, option=JSON_OPTIONS, default=_fallback), status_code=status_code, media_type="application/json", headers=headers)
+    return Response(
+        orjson.dumps(content, option=JSON_OPTIONS, default=_fallback),
+        status_code=status_code,
+        media_type="application/json",
+        headers=headers,
+    )

@@ -66,7 +66,9 @@ def check_dims(query_shape: tuple[int, ...], key_shape: tuple[int, ...], value_s
             raise InvalidInput(f"{name} must have rank 2 to 4, got rank {len(shape)} (shape {tuple(shape)})", (name,))
         for axis, size in enumerate(shape):
             if size < 1:
-                raise InvalidInput(f"{name} has a dimension of size {size} at axis {axis}; sizes must be >= 1", (name, "shape", axis))
+                raise InvalidInput(
+                    f"{name} has a dimension of size {size} at axis {axis}; sizes must be >= 1", (name, "shape", axis)
+                )
     if not (len(query_shape) == len(key_shape) == len(value_shape)):
         raise InvalidInput(
             f"query, key and value must have the same rank; got {len(query_shape)}, {len(key_shape)} and {len(value_shape)}",
@@ -114,7 +116,9 @@ def check_params(params: AttentionParams) -> None:
     if not (math.isfinite(params.temperature) and params.temperature > 0):
         raise InvalidInput(f"temperature must be a finite number > 0, got {params.temperature}", ("temperature",))
     if params.causal not in (None, "top_left", "bottom_right"):
-        raise InvalidInput(f"causal must be false, true, 'top_left' or 'bottom_right'; got {params.causal!r}", ("causal",))
+        raise InvalidInput(
+            f"causal must be false, true, 'top_left' or 'bottom_right'; got {params.causal!r}", ("causal",)
+        )
 
 
 def _as_compute(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -255,7 +259,9 @@ def _chunk_rows(x5: np.ndarray, c: _Chunk) -> np.ndarray:
 def _chunk_scores(p: _Prepared, c: _Chunk, out: np.ndarray) -> None:
     """Write the normalizer input ``(scale*QK^T + bias)/T`` of chunk ``c`` into ``out`` (kv heads, rows, S)."""
     q = p.q5[c.b, c.kv, c.g, c.l]
-    q = (q * q.dtype.type(p.factor)).reshape(out.shape[0], out.shape[1], p.dims.E)  # scaling Q is cheaper than the scores
+    q = (q * q.dtype.type(p.factor)).reshape(
+        out.shape[0], out.shape[1], p.dims.E
+    )  # scaling Q is cheaper than the scores
     np.matmul(q, p.k[c.b, c.kv].transpose(0, 2, 1), out=out)
     z4 = out.reshape(q.shape[0], c.g.stop - c.g.start, c.l.stop - c.l.start, p.dims.S)
     bias = _mask_chunk(p.bias5, c)
@@ -414,7 +420,9 @@ def attention_backward(task: AttentionTask, grad_output: np.ndarray) -> Attentio
     go = np.asarray(grad_output)
     expected = task.inputs.query.shape[:-1] + (d.Ev,)
     if go.shape != expected:
-        raise InvalidInput(f"grad_output has shape {go.shape}, expected the output's shape {expected}", ("grad_output",))
+        raise InvalidInput(
+            f"grad_output has shape {go.shape}, expected the output's shape {expected}", ("grad_output",)
+        )
     go4 = _as_compute(promote_to_4d(go), p.q.dtype)
     dq = np.empty_like(p.q)
     dk = np.zeros_like(p.k)

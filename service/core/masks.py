@@ -65,7 +65,9 @@ def as_4d_mask(mask: np.ndarray, target: tuple[int, int, int, int]) -> np.ndarra
     return m4
 
 
-def split_mask(mask: np.ndarray | None, target: tuple[int, int, int, int]) -> tuple[np.ndarray | None, np.ndarray | None]:
+def split_mask(
+    mask: np.ndarray | None, target: tuple[int, int, int, int]
+) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Split a user mask into (boolean keep, additive float bias), both rank 4 and broadcastable."""
     if mask is None:
         return None, None

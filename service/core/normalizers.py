@@ -82,9 +82,7 @@ def _safe_denominator(s: np.ndarray) -> np.ndarray:
     return s
 
 
-def _apply_rows(
-    z: np.ndarray, axis: int, fn: Callable[[np.ndarray], np.ndarray]
-) -> np.ndarray:
+def _apply_rows(z: np.ndarray, axis: int, fn: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """Apply ``fn`` (2-D chunk of rows in z's dtype -> float64 weights) along ``axis``."""
     z = _as_float(z)
     if z.size == 0:
@@ -258,9 +256,7 @@ def _entmax_power(x: np.ndarray, inv: float) -> np.ndarray:
     return x
 
 
-def entmax_bisect(
-    z: np.ndarray, alpha: float, axis: int = -1, n_iter: int | None = None
-) -> np.ndarray:
+def entmax_bisect(z: np.ndarray, alpha: float, axis: int = -1, n_iter: int | None = None) -> np.ndarray:
     """alpha-entmax by bisection (Peters, Niculae & Martins 2019; Blondel et al. 2020).
 
     Solves ``argmax_{p in Delta} <p, z> + H^T_alpha(p)`` with the Tsallis
@@ -394,9 +390,7 @@ def relu_backward(z: np.ndarray, g: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def _check_name(normalizer: str) -> None:
     if normalizer not in NORMALIZER_NAMES:
-        raise ValueError(
-            f"unknown normalizer {normalizer!r}; expected one of {', '.join(NORMALIZER_NAMES)}"
-        )
+        raise ValueError(f"unknown normalizer {normalizer!r}; expected one of {', '.join(NORMALIZER_NAMES)}")
 
 
 def _entmax_alpha(alpha: float | None) -> float:

@@ -53,7 +53,8 @@ def normalize_logits(
                 raise ValueError
         except ValueError:
             raise InvalidInput(
-                f"mask shape {tuple(mask.shape)} does not broadcast to the logits shape {tuple(z.shape)}", ("mask", "shape")
+                f"mask shape {tuple(mask.shape)} does not broadcast to the logits shape {tuple(z.shape)}",
+                ("mask", "shape"),
             ) from None
         if mask.dtype == bool:
             np.copyto(z, -np.inf, where=~mask)

@@ -101,7 +101,9 @@ class EngineDispatcher:
             else:
                 why = f"auto: {_what_runs(engine, task)} supports this request"
             return engine, EngineChoice(engine.name, engine.provider, why)
-        raise EngineUnavailable("no engine can run this request: " + "; ".join(skipped or ["no engines are configured"]))
+        raise EngineUnavailable(
+            "no engine can run this request: " + "; ".join(skipped or ["no engines are configured"])
+        )
 
     def _select_named(self, task: AttentionTask, requested: str) -> tuple[Engine, EngineChoice]:
         engine = self.engines.get(requested)

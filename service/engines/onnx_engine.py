@@ -79,8 +79,10 @@ def choose_providers(available: list[str], configured: list[str] | None) -> tupl
         for name in configured:
             full = PROVIDER_ALIASES.get(name.strip().lower(), name.strip())
             if full not in available:
-                warnings.append(f"configured execution provider {name!r} is not available in this onnxruntime "
-                                f"build (available: {', '.join(available)}); skipped")
+                warnings.append(
+                    f"configured execution provider {name!r} is not available in this onnxruntime "
+                    f"build (available: {', '.join(available)}); skipped"
+                )
             elif full not in chosen:
                 chosen.append(full)
     if "CPUExecutionProvider" not in chosen:
@@ -103,7 +105,9 @@ def verify_models(models_dir: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
         manifest = json.loads(manifest_path.read_text())
         graphs = manifest["graphs"]
     except FileNotFoundError:
-        raise ModelCheckError(f"model manifest {manifest_path} is missing (run `python -m service export-models`)") from None
+        raise ModelCheckError(
+            f"model manifest {manifest_path} is missing (run `python -m service export-models`)"
+        ) from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ModelCheckError(f"model manifest {manifest_path} is unreadable: {exc}") from None
     blobs: dict[str, bytes] = {}
@@ -112,7 +116,9 @@ def verify_models(models_dir: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
         try:
             data = path.read_bytes()
         except OSError as exc:
-            raise ModelCheckError(f"model file {path} listed in the manifest cannot be read: {exc.strerror or exc}") from None
+            raise ModelCheckError(
+                f"model file {path} listed in the manifest cannot be read: {exc.strerror or exc}"
+            ) from None
         digest = hashlib.sha256(data).hexdigest()
         if digest != g["sha256"]:
             raise ModelCheckError(
@@ -145,7 +151,9 @@ class OnnxEngine:
         warmup: bool = True,
     ) -> None:
         if graph_optimization_level not in OPTIMIZATION_LEVELS:
-            raise ValueError(f"graph_optimization_level must be one of {OPTIMIZATION_LEVELS}, got {graph_optimization_level!r}")
+            raise ValueError(
+                f"graph_optimization_level must be one of {OPTIMIZATION_LEVELS}, got {graph_optimization_level!r}"
+            )
         if intra_op_threads < 0:
             raise ValueError(f"intra_op_threads must be >= 0, got {intra_op_threads}")
         self.models_dir = Path(models_dir)
@@ -184,7 +192,9 @@ class OnnxEngine:
             self._state = "ready"
             logger.info(
                 "ONNX engine ready: %d graphs on %s (onnxruntime %s)",
-                len(self._sessions), self.provider, self._ort_version,
+                len(self._sessions),
+                self.provider,
+                self._ort_version,
             )
 
     def _start(self) -> None:
@@ -192,7 +202,9 @@ class OnnxEngine:
 
         self._ort_version = ort.__version__
         self._available_providers = list(ort.get_available_providers())
-        self._requested_providers, self._warnings = choose_providers(self._available_providers, self.configured_providers)
+        self._requested_providers, self._warnings = choose_providers(
+            self._available_providers, self.configured_providers
+        )
         if {"CUDAExecutionProvider", "TensorrtExecutionProvider"} & set(self._requested_providers):
             # onnxruntime-gpu finds CUDA and cuDNN installed from PyPI (onnxruntime-gpu[cuda,cudnn])
             # only once they are preloaded; system-wide libraries work either way.
@@ -238,8 +250,10 @@ class OnnxEngine:
         self._active_providers = list(first.get_providers()) if first is not None else []
         if self._active_providers[:1] != self._requested_providers[:1]:
             # e.g. onnxruntime-gpu installed but CUDA libraries missing: ORT falls back to CPU
-            msg = (f"requested execution provider {self._requested_providers[0]} but the sessions run on "
-                   f"{', '.join(self._active_providers) or 'nothing'}")
+            msg = (
+                f"requested execution provider {self._requested_providers[0]} but the sessions run on "
+                f"{', '.join(self._active_providers) or 'nothing'}"
+            )
             self._warnings.append(msg)
             logger.warning("%s", msg)
         self._manifest = manifest
@@ -283,8 +297,12 @@ class OnnxEngine:
         normalizer, dtype, outputs, masked = key
         for g in self._graphs:
             s = g["supports"]
-            if (s["normalizer"] == normalizer and s["dtype"] == dtype and outputs <= set(s["outputs"])
-                    and (s["masking"] or not masked)):
+            if (
+                s["normalizer"] == normalizer
+                and s["dtype"] == dtype
+                and outputs <= set(s["outputs"])
+                and (s["masking"] or not masked)
+            ):
                 return g["name"]
         return None
 
@@ -296,8 +314,10 @@ class OnnxEngine:
             return key
         if self.graph_for(task) is None:
             normalizer, dtype, outputs, _ = key
-            return (f"no ONNX graph in {self.models_dir} serves normalizer {normalizer} in {dtype} "
-                    f"with outputs {', '.join(sorted(outputs))}")
+            return (
+                f"no ONNX graph in {self.models_dir} serves normalizer {normalizer} in {dtype} "
+                f"with outputs {', '.join(sorted(outputs))}"
+            )
         return None
 
     def _request_key(self, task: AttentionTask) -> tuple[str, str, set[str], bool] | str:
@@ -424,7 +444,11 @@ class OnnxEngine:
             "opset": manifest.get("opset"),
             "ir_version": manifest.get("ir_version"),
             "models": [
-                {**g, "verified": verified, **({"timing": self._timings[g["name"]]} if g.get("name") in self._timings else {})}
+                {
+                    **g,
+                    "verified": verified,
+                    **({"timing": self._timings[g["name"]]} if g.get("name") in self._timings else {}),
+                }
                 for g in manifest.get("graphs", [])
             ],
         }

@@ -98,7 +98,9 @@ class GraphBuilder:
             outs = [out]
         else:
             outs = list(out)
-        node = helper.make_node(op_type, list(inputs), outs, name=f"{self.prefix}n{self._count}_{op_type}", domain=domain, **attrs)
+        node = helper.make_node(
+            op_type, list(inputs), outs, name=f"{self.prefix}n{self._count}_{op_type}", domain=domain, **attrs
+        )
         self.nodes.append(node)
         return outs[0] if isinstance(out, str) or (out is None and n_out == 1) else outs
 

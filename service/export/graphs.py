@@ -119,7 +119,8 @@ class GraphSpec:
             "temperature_input": True,
             "fully_masked_rows": (
                 "zero by the Attention operator's spec; the engine zeroes them whatever the runtime did"
-                if self.fused else "zero output and weights, in the graph"
+                if self.fused
+                else "zero output and weights, in the graph"
             ),
         }
 
@@ -149,10 +150,18 @@ def _declare_inputs(g: GraphBuilder, *, alpha: bool = False, masked: bool = True
     value = g.input("value", None, V_SHAPE, "V (batch, kv_heads, kv_len, v_head_dim)")
     keep = bias = None
     if masked:
-        keep = g.input("keep_mask", TensorProto.BOOL, KEEP_SHAPE, "True = may attend; last two dims exactly (q_len, kv_len)")
-        bias = g.input("bias", None, BIAS_SHAPE, "additive float mask, broadcastable to (batch, q_heads, q_len, kv_len)")
+        keep = g.input(
+            "keep_mask", TensorProto.BOOL, KEEP_SHAPE, "True = may attend; last two dims exactly (q_len, kv_len)"
+        )
+        bias = g.input(
+            "bias", None, BIAS_SHAPE, "additive float mask, broadcastable to (batch, q_heads, q_len, kv_len)"
+        )
     ins = _Inputs(
-        query=query, key=key, value=value, keep=keep, bias=bias,
+        query=query,
+        key=key,
+        value=value,
+        keep=keep,
+        bias=bias,
         scale=g.input("scale", None, [], "multiplies Q K^T (1/sqrt(head_dim) by convention)"),
         temperature=g.input("temperature", None, [], "divides the biased scores; > 0"),
     )
@@ -407,34 +416,62 @@ def _build_primitive(g: GraphBuilder, *, normalizer: str) -> None:
 def _specs() -> list[GraphSpec]:
     specs: list[GraphSpec] = []
     for dtype in DTYPES:
-        specs.append(GraphSpec(
-            name=f"softmax_fused_nomask_{dtype_tag(dtype)}", dtype=dtype, normalizer="softmax", fused=True,
-            outputs=("output",), build=lambda g: _build_fused(g, weights=False, masked=False), masked=False,
-            description=f"Softmax attention on the ONNX Attention operator (opset {OPSET}), {dtype}, output only, "
-                        "no mask inputs (requests without mask, causal or key_lengths).",
-        ))
-        specs.append(GraphSpec(
-            name=f"softmax_fused_{dtype_tag(dtype)}", dtype=dtype, normalizer="softmax", fused=True,
-            outputs=("output",), build=lambda g: _build_fused(g, weights=False),
-            description=f"Softmax attention on the ONNX Attention operator (opset {OPSET}), {dtype}, output only.",
-        ))
-        specs.append(GraphSpec(
-            name=f"softmax_fused_weights_{dtype_tag(dtype)}", dtype=dtype, normalizer="softmax", fused=True,
-            outputs=("output", "weights"), build=lambda g: _build_fused(g, weights=True),
-            description=f"Softmax attention on the ONNX Attention operator (opset {OPSET}), {dtype}, output and weights.",
-        ))
+        specs.append(
+            GraphSpec(
+                name=f"softmax_fused_nomask_{dtype_tag(dtype)}",
+                dtype=dtype,
+                normalizer="softmax",
+                fused=True,
+                outputs=("output",),
+                build=lambda g: _build_fused(g, weights=False, masked=False),
+                masked=False,
+                description=f"Softmax attention on the ONNX Attention operator (opset {OPSET}), {dtype}, output only, "
+                "no mask inputs (requests without mask, causal or key_lengths).",
+            )
+        )
+        specs.append(
+            GraphSpec(
+                name=f"softmax_fused_{dtype_tag(dtype)}",
+                dtype=dtype,
+                normalizer="softmax",
+                fused=True,
+                outputs=("output",),
+                build=lambda g: _build_fused(g, weights=False),
+                description=f"Softmax attention on the ONNX Attention operator (opset {OPSET}), {dtype}, output only.",
+            )
+        )
+        specs.append(
+            GraphSpec(
+                name=f"softmax_fused_weights_{dtype_tag(dtype)}",
+                dtype=dtype,
+                normalizer="softmax",
+                fused=True,
+                outputs=("output", "weights"),
+                build=lambda g: _build_fused(g, weights=True),
+                description=f"Softmax attention on the ONNX Attention operator (opset {OPSET}), {dtype}, output and weights.",
+            )
+        )
     for normalizer in ("softmax", "sparsemax", "entmax15", "entmax", "relu"):
         for dtype in DTYPES:
-            specs.append(GraphSpec(
-                name=f"{normalizer}_{dtype_tag(dtype)}", dtype=dtype, normalizer=normalizer, fused=False,
-                outputs=("output", "weights", "scores"),
-                build=lambda g, n=normalizer: _build_primitive(g, normalizer=n),
-                description=(
-                    f"{normalizer} attention from primitive ONNX operators, {dtype}: output, weights and scores"
-                    + (f"; alpha is an input, {BISECT_ITERATIONS} bisection steps in float64" if normalizer == "entmax" else "")
-                    + "."
-                ),
-            ))
+            specs.append(
+                GraphSpec(
+                    name=f"{normalizer}_{dtype_tag(dtype)}",
+                    dtype=dtype,
+                    normalizer=normalizer,
+                    fused=False,
+                    outputs=("output", "weights", "scores"),
+                    build=lambda g, n=normalizer: _build_primitive(g, normalizer=n),
+                    description=(
+                        f"{normalizer} attention from primitive ONNX operators, {dtype}: output, weights and scores"
+                        + (
+                            f"; alpha is an input, {BISECT_ITERATIONS} bisection steps in float64"
+                            if normalizer == "entmax"
+                            else ""
+                        )
+                        + "."
+                    ),
+                )
+            )
     return specs
 
 

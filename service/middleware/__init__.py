@@ -66,19 +66,34 @@ def install_hardening(app: FastAPI, settings: Settings) -> ServiceMetrics:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE)
 
     app.add_api_route(
-        "/metrics", metrics_endpoint, methods=["GET"], tags=["operations"],
-        summary="Prometheus metrics (text format)", response_class=Response,
-        responses={200: {"description": "Metrics in the Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}},
+        "/metrics",
+        metrics_endpoint,
+        methods=["GET"],
+        tags=["operations"],
+        summary="Prometheus metrics (text format)",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "Metrics in the Prometheus text format",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            }
+        },
     )
 
     # add_middleware puts each new middleware outside the ones before it: innermost first.
     gate = AdmissionGate(
-        settings.max_concurrent_requests, settings.max_queued_requests, settings.queue_timeout_s,
+        settings.max_concurrent_requests,
+        settings.max_queued_requests,
+        settings.queue_timeout_s,
         on_change=metrics.set_admission,
     )
     app.add_middleware(
-        AdmissionMiddleware, gate=gate, exempt=OPERATIONAL_PATHS, retry_after_s=settings.retry_after_s,
-        metrics=metrics, debug_delay_s=settings.debug_delay_s,
+        AdmissionMiddleware,
+        gate=gate,
+        exempt=OPERATIONAL_PATHS,
+        retry_after_s=settings.retry_after_s,
+        metrics=metrics,
+        debug_delay_s=settings.debug_delay_s,
     )
     app.add_middleware(DeadlineMiddleware, timeout_s=settings.request_timeout_s, metrics=metrics)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, metrics=metrics)
@@ -87,8 +102,12 @@ def install_hardening(app: FastAPI, settings: Settings) -> ServiceMetrics:
         app.add_middleware(ApiKeyMiddleware, keys=keys, exempt=settings.auth_exempt_paths, metrics=metrics)
     if settings.cors_allow_origins:
         app.add_middleware(
-            CorsMiddleware, allow_origins=settings.cors_allow_origins, allow_credentials=settings.cors_allow_credentials,
-            allow_methods=["GET", "POST"], allow_headers=CORS_HEADERS, expose_headers=["X-Request-ID", "Retry-After"],
+            CorsMiddleware,
+            allow_origins=settings.cors_allow_origins,
+            allow_credentials=settings.cors_allow_credentials,
+            allow_methods=["GET", "POST"],
+            allow_headers=CORS_HEADERS,
+            expose_headers=["X-Request-ID", "Retry-After"],
         )
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     app.add_middleware(SecurityHeadersMiddleware)

@@ -48,7 +48,9 @@ class RouteTemplates:
             paths = {}
         patterns = [(re.compile("^" + re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(path)) + "$"), path) for path in paths]
         # Plain routes left out of the schema (/docs, /openapi.json) are matched by their own pattern.
-        patterns += [(r.path_regex, r.path) for r in getattr(app, "routes", ()) if isinstance(r, Route) and r.path not in paths]
+        patterns += [
+            (r.path_regex, r.path) for r in getattr(app, "routes", ()) if isinstance(r, Route) and r.path not in paths
+        ]
         return patterns
 
     def __call__(self, scope: Scope) -> str:
@@ -118,7 +120,10 @@ class RequestContextMiddleware:
             logger.exception("unhandled exception while serving %s %s", scope["method"], app_path(scope))
             if status is None:
                 await send_error(
-                    scope, receive, send_with_id, 500,
+                    scope,
+                    receive,
+                    send_with_id,
+                    500,
                     f"the server failed to answer this request; quote request id {request_id} when reporting it",
                 )
             # else the response had begun: the server closes the connection

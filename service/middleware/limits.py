@@ -223,7 +223,10 @@ class AdmissionMiddleware:
         except Overloaded as exc:
             self.metrics.rejected.labels(exc.reason).inc()
             await send_error(
-                scope, receive, send, 503,
+                scope,
+                receive,
+                send,
+                503,
                 f"the server is at capacity ({self.gate.limit} requests in flight, {self.gate.queued} waiting); "
                 f"retry after {self.retry_after} s",
                 headers={"Retry-After": self.retry_after},

@@ -38,7 +38,10 @@ def add_error_responses(schema: dict[str, Any], settings: Settings) -> None:
         schemas["Problem"] = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
     if settings.api_keys:
         components.setdefault("securitySchemes", {}).update(
-            {"bearer": {"type": "http", "scheme": "bearer"}, "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"}}
+            {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+            }
         )
     for path, item in schema.get("paths", {}).items():
         v2 = path == V2_PREFIX or path.startswith(V2_PREFIX + "/")
@@ -48,11 +51,17 @@ def add_error_responses(schema: dict[str, Any], settings: Settings) -> None:
             responses = operation.setdefault("responses", {})
             if settings.api_keys and path not in settings.auth_exempt_paths:
                 operation.setdefault("security", [{"bearer": []}, {"apiKey": []}])
-                responses.setdefault("401", _error("Missing or wrong API key", v2, {"WWW-Authenticate": {"schema": {"type": "string"}}}))
+                responses.setdefault(
+                    "401", _error("Missing or wrong API key", v2, {"WWW-Authenticate": {"schema": {"type": "string"}}})
+                )
             if "requestBody" in operation:
-                responses.setdefault("413", _error("Request too large (body over ATTN_MAX_BODY_BYTES, or estimated work)", v2))
+                responses.setdefault(
+                    "413", _error("Request too large (body over ATTN_MAX_BODY_BYTES, or estimated work)", v2)
+                )
             if path not in OPERATIONAL_PATHS:
-                responses.setdefault("503", _error("Overloaded: too many requests in flight (Retry-After)", v2, RETRY_AFTER))
+                responses.setdefault(
+                    "503", _error("Overloaded: too many requests in flight (Retry-After)", v2, RETRY_AFTER)
+                )
             responses.setdefault("504", _error("Not answered within ATTN_REQUEST_TIMEOUT_S", v2))
             responses.setdefault("500", _error("Unexpected server error (logged with the request id; no details)", v2))
 

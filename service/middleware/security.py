@@ -122,7 +122,9 @@ class CorsMiddleware(CORSMiddleware):
                 response = self.preflight_response(request_headers=headers)
                 if response.status_code >= 400:
                     kept = {k: v for k, v in response.headers.items() if k not in ("content-length", "content-type")}
-                    response = error_response(app_path(scope), response.status_code, response.body.decode(), headers=kept)
+                    response = error_response(
+                        app_path(scope), response.status_code, response.body.decode(), headers=kept
+                    )
                 await response(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)

@@ -45,31 +45,48 @@ class ServiceMetrics:
             platform_collector.PlatformCollector(registry=r)
             gc_collector.GCCollector(registry=r)
         self.requests = Counter(
-            "attn_http_requests", "HTTP requests answered, by method, route template and status.",
-            ["method", "route", "status"], registry=r,
+            "attn_http_requests",
+            "HTTP requests answered, by method, route template and status.",
+            ["method", "route", "status"],
+            registry=r,
         )
         self.latency = Histogram(
-            "attn_http_request_duration_seconds", "Time from the request's arrival to the end of its response.",
-            ["method", "route"], buckets=LATENCY_BUCKETS, registry=r,
+            "attn_http_request_duration_seconds",
+            "Time from the request's arrival to the end of its response.",
+            ["method", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.in_flight = Gauge(
-            "attn_http_requests_in_flight", "Requests holding a processing slot (abandoned work past its deadline included).",
-            multiprocess_mode="livesum", registry=r,
+            "attn_http_requests_in_flight",
+            "Requests holding a processing slot (abandoned work past its deadline included).",
+            multiprocess_mode="livesum",
+            registry=r,
         )
         self.queued = Gauge(
-            "attn_http_requests_queued", "Requests waiting for a processing slot.", multiprocess_mode="livesum", registry=r,
+            "attn_http_requests_queued",
+            "Requests waiting for a processing slot.",
+            multiprocess_mode="livesum",
+            registry=r,
         )
         self.queue_wait = Histogram(
-            "attn_http_queue_wait_seconds", "Time admitted requests waited for a processing slot.",
-            buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0), registry=r,
+            "attn_http_queue_wait_seconds",
+            "Time admitted requests waited for a processing slot.",
+            buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=r,
         )
         self.rejected = Counter(
-            "attn_http_requests_rejected", "Requests refused before or instead of being processed, by reason.",
-            ["reason"], registry=r,
+            "attn_http_requests_rejected",
+            "Requests refused before or instead of being processed, by reason.",
+            ["reason"],
+            registry=r,
         )
         self.engine_compute = Histogram(
-            "attn_engine_compute_seconds", "Time engines spent computing attention, by engine and provider.",
-            ["engine", "provider"], buckets=LATENCY_BUCKETS, registry=r,
+            "attn_engine_compute_seconds",
+            "Time engines spent computing attention, by engine and provider.",
+            ["engine", "provider"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         for reason in REJECT_REASONS:
@@ -81,7 +98,8 @@ class ServiceMetrics:
         children = self._request_children.get(key)
         if children is None:  # labels() takes a lock and checks the environment: once per series, not per request
             children = self._request_children[key] = (
-                self.requests.labels(method, route, str(status)), self.latency.labels(method, route)
+                self.requests.labels(method, route, str(status)),
+                self.latency.labels(method, route),
             )
         children[0].inc()
         children[1].observe(seconds)

@@ -23,7 +23,9 @@ def b64(x, dtype: str = "float64") -> dict:
 
 def decode(t) -> np.ndarray:
     if isinstance(t, dict):
-        return np.frombuffer(base64.b64decode(t["b64"]), dtype=np.dtype(t["dtype"]).newbyteorder("<")).reshape(t["shape"])
+        return np.frombuffer(base64.b64decode(t["b64"]), dtype=np.dtype(t["dtype"]).newbyteorder("<")).reshape(
+            t["shape"]
+        )
     return np.array(t, dtype=float)
 
 
@@ -74,7 +76,15 @@ def test_defaults_float32_output_weights_diagnostics(client) -> None:
     assert w.shape == (2, 3, 5)
     np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-6)
     d = body["diagnostics"]
-    for key in ("entropy", "normalized_entropy", "max_weight", "attention_distance", "fully_masked_rows", "row_sum_max_error", "heads"):
+    for key in (
+        "entropy",
+        "normalized_entropy",
+        "max_weight",
+        "attention_distance",
+        "fully_masked_rows",
+        "row_sum_max_error",
+        "heads",
+    ):
         assert key in d
     assert len(d["heads"]) == 2 and d["fully_masked_rows"] == 0
     assert body["timing_ms"]["total"] >= body["timing_ms"]["compute"] >= 0
@@ -86,7 +96,9 @@ def test_return_subset_and_scores_with_masked_null(client) -> None:
     assert set(body) == {"scores", "engine", "timing_ms"}
     s = body["scores"]
     assert s[0][0][1] is None and s[0][0][0] is not None  # -inf (masked) is written as null
-    r = client.post("/v1/attention", json=small_request(causal=True, encoding="base64", **{"return": ["scores", "output"]}))
+    r = client.post(
+        "/v1/attention", json=small_request(causal=True, encoding="base64", **{"return": ["scores", "output"]})
+    )
     scores = decode(r.json()["scores"])
     assert np.isneginf(scores[0, 0, 1]) and r.json()["scores"]["dtype"] == "float32"
 
@@ -163,7 +175,17 @@ def test_non_finite_values_are_named_by_index(client) -> None:
 
 @pytest.mark.parametrize(
     "raw",
-    [b"", b"{", b"[1, 2]", b'{"query": NaN}', b'{"query": [[Infinity]]}', b'{"query": [[1e999]]}', b"\xff\xfe", b"null", b'"x"'],
+    [
+        b"",
+        b"{",
+        b"[1, 2]",
+        b'{"query": NaN}',
+        b'{"query": [[Infinity]]}',
+        b'{"query": [[1e999]]}',
+        b"\xff\xfe",
+        b"null",
+        b'"x"',
+    ],
 )
 def test_malformed_bodies_are_422_not_500(client, raw: bytes) -> None:
     r = client.post("/v1/attention", content=raw, headers={"content-type": "application/json"})
@@ -176,9 +198,21 @@ def test_tiny_temperature_is_a_clear_error(client) -> None:
 
 def test_budget_gives_413_before_allocating(client) -> None:
     body = {
-        "query": {"shape": [1, 4096, 8], "dtype": "float32", "b64": base64.b64encode(np.zeros((1, 4096, 8), np.float32).tobytes()).decode()},
-        "key": {"shape": [1, 4096, 8], "dtype": "float32", "b64": base64.b64encode(np.zeros((1, 4096, 8), np.float32).tobytes()).decode()},
-        "value": {"shape": [1, 4096, 8], "dtype": "float32", "b64": base64.b64encode(np.zeros((1, 4096, 8), np.float32).tobytes()).decode()},
+        "query": {
+            "shape": [1, 4096, 8],
+            "dtype": "float32",
+            "b64": base64.b64encode(np.zeros((1, 4096, 8), np.float32).tobytes()).decode(),
+        },
+        "key": {
+            "shape": [1, 4096, 8],
+            "dtype": "float32",
+            "b64": base64.b64encode(np.zeros((1, 4096, 8), np.float32).tobytes()).decode(),
+        },
+        "value": {
+            "shape": [1, 4096, 8],
+            "dtype": "float32",
+            "b64": base64.b64encode(np.zeros((1, 4096, 8), np.float32).tobytes()).decode(),
+        },
     }
     # 16.7M weights as JSON exceed the default 256 MiB response budget
     assert_problem(client.post("/v1/attention", json=body), 413, detail="response size")

@@ -8,8 +8,18 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-json_scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5)
-json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4), max_leaves=30)
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=30,
+)
 numbers = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
 
 
@@ -33,7 +43,10 @@ fields = {
     "return": json_values | st.lists(st.sampled_from(["output", "weights", "scores", "diagnostics"]), max_size=4),
     "encoding": st.sampled_from(["json", "base64", "hex"]),
 }
-bodies = st.fixed_dictionaries({k: fields[k] for k in ("query", "key", "value")}, optional={k: v for k, v in fields.items() if k not in ("query", "key", "value")})
+bodies = st.fixed_dictionaries(
+    {k: fields[k] for k in ("query", "key", "value")},
+    optional={k: v for k, v in fields.items() if k not in ("query", "key", "value")},
+)
 
 
 def _no_nan(obj) -> None:
@@ -48,7 +61,9 @@ def _no_nan(obj) -> None:
                 _no_nan(x)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(bodies)
 def test_attention_never_500(client, body: dict) -> None:
     r = client.post("/v1/attention", content=json.dumps(body), headers={"content-type": "application/json"})
@@ -69,7 +84,13 @@ def test_arbitrary_json_never_500(client, body) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.fixed_dictionaries({"logits": json_values | matrix(2, 3)}, optional={k: fields[k] for k in ("mask", "temperature", "normalizer", "alpha", "encoding")} | {"axis": st.integers(-3, 3) | json_values, "log": json_values}))
+@given(
+    st.fixed_dictionaries(
+        {"logits": json_values | matrix(2, 3)},
+        optional={k: fields[k] for k in ("mask", "temperature", "normalizer", "alpha", "encoding")}
+        | {"axis": st.integers(-3, 3) | json_values, "log": json_values},
+    )
+)
 def test_softmax_never_500(client, body: dict) -> None:
     r = client.post("/v1/softmax", content=json.dumps(body), headers={"content-type": "application/json"})
     assert r.status_code in (200, 422), r.text

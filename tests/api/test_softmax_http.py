@@ -34,16 +34,22 @@ def test_log_softmax_temperature_relu_and_entropy(client) -> None:
     np.testing.assert_allclose(body["diagnostics"]["entropy"], [0.9169, 0.8296, 0.9460], atol=1e-4)
     assert body["diagnostics"]["argmax"] == [2, 3, 2]
     hot = client.post("/v1/softmax", json={"logits": ROWS[1:], "temperature": 2, "precision": "float64"}).json()
-    np.testing.assert_allclose(hot["probabilities"], [[0.3116, 0.1400, 0.0598, 0.4886], [0.3128, 0.1095, 0.4440, 0.1337]], atol=1e-4)
+    np.testing.assert_allclose(
+        hot["probabilities"], [[0.3116, 0.1400, 0.0598, 0.4886], [0.3128, 0.1095, 0.4440, 0.1337]], atol=1e-4
+    )
     relu = client.post("/v1/softmax", json={"logits": ROWS[1:], "normalizer": "relu", "precision": "float64"}).json()
-    np.testing.assert_allclose(relu["probabilities"], [[0.375, 0.0893, 0, 0.5357], [0.4091, 0, 0.5682, 0.0227]], atol=1e-4)
+    np.testing.assert_allclose(
+        relu["probabilities"], [[0.375, 0.0893, 0, 0.5357], [0.4091, 0, 0.5682, 0.0227]], atol=1e-4
+    )
 
 
 def test_axis_mask_and_base64(client) -> None:
     logits = np.array(ROWS).T  # normalize over axis 0 instead
     mask = np.ones_like(logits, dtype=bool)
     mask[:, 0] = False  # first column fully masked
-    r = client.post("/v1/softmax", json={"logits": b64(logits), "axis": 0, "mask": mask.tolist(), "encoding": "base64", "log": True})
+    r = client.post(
+        "/v1/softmax", json={"logits": b64(logits), "axis": 0, "mask": mask.tolist(), "encoding": "base64", "log": True}
+    )
     body = r.json()
     p = decode(body["probabilities"])
     assert p.dtype == np.float32 and p.shape == (4, 3)

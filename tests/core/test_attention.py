@@ -32,7 +32,9 @@ def test_golden_backward(case: dict) -> None:
     grads = attention_backward(task, np.array(case["request"]["grad_output"]))
     tol = tolerance(case["request"])
     for name in ("grad_query", "grad_key", "grad_value"):
-        np.testing.assert_allclose(getattr(grads, name), np.array(case["expected"][name]), atol=tol, rtol=0, err_msg=name)
+        np.testing.assert_allclose(
+            getattr(grads, name), np.array(case["expected"][name]), atol=tol, rtol=0, err_msg=name
+        )
 
 
 def naive(q, k, v, *, keep=None, bias=None, scale=None, temperature=1.0, normalizer="softmax", alpha=None):
@@ -66,7 +68,9 @@ def rand(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarra
 @pytest.mark.parametrize("normalizer,alpha", NORMALIZERS)
 @pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
 @pytest.mark.parametrize("L,S", [(3, 7), (7, 3), (1, 5), (4, 4)])
-def test_causal_alignments_match_explicit_masks(normalizer: str, alpha: float | None, alignment: str, L: int, S: int) -> None:
+def test_causal_alignments_match_explicit_masks(
+    normalizer: str, alpha: float | None, alignment: str, L: int, S: int
+) -> None:
     rng = np.random.default_rng(L * 10 + S)
     q, k, v = rand(rng, 2, 4, L, 8), rand(rng, 2, 2, S, 8), rand(rng, 2, 2, S, 5)
     i, j = np.arange(L)[:, None], np.arange(S)[None, :]
@@ -89,7 +93,9 @@ def test_fully_masked_rows_are_zero_and_counted() -> None:
     keep[0, 1, 2] = False
     for normalizer, alpha in NORMALIZERS:
         with np.errstate(all="raise"):
-            r = attention(q, k, v, mask=keep, params=AttentionParams(normalizer=normalizer, alpha=alpha), dtype=np.float64)
+            r = attention(
+                q, k, v, mask=keep, params=AttentionParams(normalizer=normalizer, alpha=alpha), dtype=np.float64
+            )
         assert np.all(r.weights[0, 1, 2] == 0) and np.all(r.output[0, 1, 2] == 0)
         assert np.isfinite(r.output).all()
         assert r.valid_keys[0, 1, 2] == 0 and r.valid_keys[0, 0, 0] == 5
@@ -133,7 +139,9 @@ def test_float_mask_bias_and_temperature_follow_the_pipeline() -> None:
     q, k, v = rand(rng, 1, 2, 3, 4), rand(rng, 1, 2, 5, 4), rand(rng, 1, 2, 5, 4)
     bias = rand(rng, 3, 5)
     bias[1, 2] = -np.inf
-    r = attention(q, k, v, mask=bias, params=AttentionParams(temperature=0.7, scale=0.3), dtype=np.float64, need_scores=True)
+    r = attention(
+        q, k, v, mask=bias, params=AttentionParams(temperature=0.7, scale=0.3), dtype=np.float64, need_scores=True
+    )
     want_out, want_w = naive(q, k, v, bias=bias, scale=0.3, temperature=0.7)
     np.testing.assert_allclose(r.weights, want_w, atol=1e-12)
     np.testing.assert_allclose(r.output, want_out, atol=1e-12)
@@ -152,7 +160,9 @@ def test_large_scores_in_float32_are_finite_and_correct() -> None:
         assert r.weights[0, 1] == 0
         np.testing.assert_allclose(r.weights.sum(), 1.0, atol=1e-6)
     soft = attention(q, k, v, params=AttentionParams(scale=1.0), dtype=np.float32)
-    np.testing.assert_allclose(soft.weights[0], [1 / (1 + math.exp(-1)), 0, math.exp(-1) / (1 + math.exp(-1))], atol=1e-6)
+    np.testing.assert_allclose(
+        soft.weights[0], [1 / (1 + math.exp(-1)), 0, math.exp(-1) / (1 + math.exp(-1))], atol=1e-6
+    )
 
 
 def test_float32_overflow_is_an_error_not_nan() -> None:
@@ -288,17 +298,27 @@ def test_chunking_and_threads_do_not_change_results(monkeypatch, budget: int, th
     executor = ThreadPoolExecutor(threads) if threads else None
     try:
         for normalizer, alpha in NORMALIZERS:
-            for mask, causal, key_lengths in ((keep, "bottom_right", None), (bias, "top_left", np.array([7, 3])), (None, None, None)):
+            for mask, causal, key_lengths in (
+                (keep, "bottom_right", None),
+                (bias, "top_left", np.array([7, 3])),
+                (None, None, None),
+            ):
                 params = AttentionParams(normalizer=normalizer, alpha=alpha, causal=causal)
-                task = AttentionTask(AttentionInputs(q, k, v, mask, key_lengths), params, np.dtype(np.float64), True, True)
+                task = AttentionTask(
+                    AttentionInputs(q, k, v, mask, key_lengths), params, np.dtype(np.float64), True, True
+                )
                 got = run_attention(task, executor=executor, workers=threads or 1)
                 monkeypatch.setattr(core, "CHUNK_ELEMENTS", 1 << 30)
                 want = run_attention(task)
                 monkeypatch.setattr(core, "CHUNK_ELEMENTS", budget)
                 np.testing.assert_allclose(got.output, want.output, atol=1e-12)
                 np.testing.assert_allclose(got.weights, want.weights, atol=1e-12)
-                np.testing.assert_allclose(got.scores, want.scores, atol=1e-12)  # BLAS may pick other kernels per chunk size
-                out_only = run_attention(AttentionTask(task.inputs, params, task.dtype, False), executor=executor, workers=threads or 1)
+                np.testing.assert_allclose(
+                    got.scores, want.scores, atol=1e-12
+                )  # BLAS may pick other kernels per chunk size
+                out_only = run_attention(
+                    AttentionTask(task.inputs, params, task.dtype, False), executor=executor, workers=threads or 1
+                )
                 np.testing.assert_allclose(out_only.output, want.output, atol=1e-12)
     finally:
         if executor:

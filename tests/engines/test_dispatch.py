@@ -18,7 +18,9 @@ from service.export import DEFAULT_MODELS_DIR
 class FakeEngine:
     """An engine whose readiness, support and failures the test controls."""
 
-    def __init__(self, name: str, *, ready: bool = True, unsupported: str | None = None, fail: Exception | None = None) -> None:
+    def __init__(
+        self, name: str, *, ready: bool = True, unsupported: str | None = None, fail: Exception | None = None
+    ) -> None:
         self.name = name
         self._ready = ready
         self.unsupported = unsupported
@@ -50,11 +52,15 @@ class FakeEngine:
         return {"name": self.name}
 
 
-def a_task(normalizer: str = "softmax", alpha: float | None = None, dtype: str = "float32", need_weights: bool = False) -> AttentionTask:
+def a_task(
+    normalizer: str = "softmax", alpha: float | None = None, dtype: str = "float32", need_weights: bool = False
+) -> AttentionTask:
     rng = np.random.default_rng(0)
     return AttentionTask(
         # 2*48*48 scores: above SMALL_TASK_SCORES, so auto keeps its default order
-        inputs=AttentionInputs(rng.standard_normal((2, 48, 8)), rng.standard_normal((2, 48, 8)), rng.standard_normal((2, 48, 8))),
+        inputs=AttentionInputs(
+            rng.standard_normal((2, 48, 8)), rng.standard_normal((2, 48, 8)), rng.standard_normal((2, 48, 8))
+        ),
         params=AttentionParams(normalizer=normalizer, alpha=alpha),
         dtype=np.dtype(dtype),
         need_weights=need_weights,
@@ -76,9 +82,15 @@ def test_auto_tries_numpy_first_on_small_requests() -> None:
     onnx, numpy = FakeEngine("onnx"), FakeEngine("numpy")
     d = EngineDispatcher({"onnx": onnx, "numpy": numpy})
     rng = np.random.default_rng(0)
-    small = AttentionTask(AttentionInputs(rng.standard_normal((1, 4, 16, 8)), rng.standard_normal((1, 4, 64, 8)), rng.standard_normal((1, 4, 64, 8))))
+    small = AttentionTask(
+        AttentionInputs(
+            rng.standard_normal((1, 4, 16, 8)), rng.standard_normal((1, 4, 64, 8)), rng.standard_normal((1, 4, 64, 8))
+        )
+    )
     engine, choice = d.select(small, "auto")  # 1*4*16*64 = 4096 scores
-    assert engine is numpy and choice.reason == "auto: small request (4096 scores): numpy has the lower per-call overhead"
+    assert (
+        engine is numpy and choice.reason == "auto: small request (4096 scores): numpy has the lower per-call overhead"
+    )
     bigger = AttentionTask(AttentionInputs(rng.standard_normal((1, 4, 17, 8)), small.inputs.key, small.inputs.value))
     assert d.select(bigger, "auto")[0] is onnx
     assert d.select(small, "onnx")[0] is onnx  # a named engine is always honoured
@@ -90,7 +102,9 @@ def test_auto_falls_back_when_not_ready_or_unsupported() -> None:
     engine, choice = d.select(a_task(), "auto")
     assert engine is numpy and choice.reason == "auto: onnx is not ready (onnx is warming up); using numpy"
 
-    d = EngineDispatcher({"onnx": FakeEngine("onnx", unsupported="entmax with alpha=1.7 has no ONNX graph"), "numpy": numpy})
+    d = EngineDispatcher(
+        {"onnx": FakeEngine("onnx", unsupported="entmax with alpha=1.7 has no ONNX graph"), "numpy": numpy}
+    )
     engine, choice = d.select(a_task(), "auto")
     assert engine is numpy
     assert choice.reason == "auto: onnx cannot run this request (entmax with alpha=1.7 has no ONNX graph); using numpy"
@@ -170,6 +184,9 @@ def test_real_auto_uses_numpy_for_float16(dispatcher: EngineDispatcher) -> None:
     t = a_task(dtype="float16")
     engine, choice = dispatcher.select(t, "auto")
     assert choice.name == "numpy" and choice.provider == "CPU/numpy"
-    assert choice.reason == "auto: onnx cannot run this request (precision float16 has no ONNX graph (float32 and float64 only)); using numpy"
+    assert (
+        choice.reason
+        == "auto: onnx cannot run this request (precision float16 has no ONNX graph (float32 and float64 only)); using numpy"
+    )
     with pytest.raises(EngineUnavailable, match="float16"):
         dispatcher.select(t, "onnx")

@@ -29,8 +29,16 @@ def engine() -> OnnxEngine:
     return e
 
 
-def task(normalizer: str = "softmax", *, alpha: float | None = None, dtype: str = "float32", need_weights: bool = True,
-         need_scores: bool = False, seed: int = 0, masked: bool = True) -> AttentionTask:
+def task(
+    normalizer: str = "softmax",
+    *,
+    alpha: float | None = None,
+    dtype: str = "float32",
+    need_weights: bool = True,
+    need_scores: bool = False,
+    seed: int = 0,
+    masked: bool = True,
+) -> AttentionTask:
     rng = np.random.default_rng(seed)
     return AttentionTask(
         inputs=AttentionInputs(
@@ -144,11 +152,15 @@ def test_verify_models_returns_every_blob() -> None:
 
 
 def test_session_options_and_no_warmup(tmp_path: Path) -> None:
-    e = OnnxEngine(DEFAULT_MODELS_DIR, providers=["cpu"], intra_op_threads=1, graph_optimization_level="basic", warmup=False)
+    e = OnnxEngine(
+        DEFAULT_MODELS_DIR, providers=["cpu"], intra_op_threads=1, graph_optimization_level="basic", warmup=False
+    )
     e.start()
     assert e.ready and e.provider == "CPUExecutionProvider"
     d = e.describe()
-    assert d["intra_op_threads"] == 1 and d["graph_optimization_level"] == "basic" and d["configured_providers"] == ["cpu"]
+    assert (
+        d["intra_op_threads"] == 1 and d["graph_optimization_level"] == "basic" and d["configured_providers"] == ["cpu"]
+    )
     assert all(t["warmup_ms"] < 5 for t in d["graphs"].values())
     want = NumpyEngine().run(task())
     np.testing.assert_allclose(e.run(task()).output, want.output, atol=1e-5)
@@ -234,8 +246,13 @@ def test_invalid_input_is_rejected_like_numpy(engine: OnnxEngine) -> None:
 
 def test_runs_log_nothing(engine: OnnxEngine, capfd: pytest.CaptureFixture[str]) -> None:
     """No per-request ONNX Runtime warnings (e.g. the fused weights graph's shape warning)."""
-    for kwargs in ({"need_weights": False}, {"need_weights": False, "masked": False}, {}, {"need_scores": True},
-                   {"normalizer": "entmax", "alpha": 1.3}):
+    for kwargs in (
+        {"need_weights": False},
+        {"need_weights": False, "masked": False},
+        {},
+        {"need_scores": True},
+        {"normalizer": "entmax", "alpha": 1.3},
+    ):
         engine.run(task(**kwargs))
     assert capfd.readouterr().err == ""
 
@@ -248,8 +265,10 @@ def test_results_do_not_alias_between_runs(engine: OnnxEngine) -> None:
 
 
 def test_concurrent_requests_share_sessions(engine: OnnxEngine) -> None:
-    tasks = [task(n, alpha=1.7 if n == "entmax" else None, seed=i, need_scores=i % 2 == 0)
-             for i, n in enumerate(["softmax", "sparsemax", "entmax15", "entmax", "relu"] * 4)]
+    tasks = [
+        task(n, alpha=1.7 if n == "entmax" else None, seed=i, need_scores=i % 2 == 0)
+        for i, n in enumerate(["softmax", "sparsemax", "entmax15", "entmax", "relu"] * 4)
+    ]
     want = [NumpyEngine().run(t) for t in tasks]
     with ThreadPoolExecutor(max_workers=4) as pool:
         got = list(pool.map(engine.run, tasks))

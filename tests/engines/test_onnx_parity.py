@@ -177,8 +177,15 @@ def test_parity_softmax_every_shape_and_output_set(onnx_engine: OnnxEngine, shap
         (True, False, "softmax_fused_weights_"),
         (True, True, "softmax_f"),
     ]:
-        task = make_task(rng, shape, mask="none" if causal is None else "bool", causal=causal, dtype=dtype,
-                         need_weights=need_weights, need_scores=need_scores)
+        task = make_task(
+            rng,
+            shape,
+            mask="none" if causal is None else "bool",
+            causal=causal,
+            dtype=dtype,
+            need_weights=need_weights,
+            need_scores=need_scores,
+        )
         assert onnx_engine.graph_for(task).startswith(graph)
         check(onnx_engine, task)
 
@@ -189,7 +196,16 @@ def test_parity_lower_ranks(onnx_engine: OnnxEngine, rank, normalizer, alpha) ->
     rng = np.random.default_rng(rank)
     shape = (1, 1, 1, 6, 4, 8, 3) if rank == 2 else (1, 3, 3, 6, 4, 8, 3)
     for need_weights in (False, True):
-        task = make_task(rng, shape, normalizer=normalizer, alpha=alpha, mask="bool", causal="bottom_right", rank=rank, need_weights=need_weights)
+        task = make_task(
+            rng,
+            shape,
+            normalizer=normalizer,
+            alpha=alpha,
+            mask="bool",
+            causal="bottom_right",
+            rank=rank,
+            need_weights=need_weights,
+        )
         got = check(onnx_engine, task)
         assert got.output.ndim == rank
 
@@ -203,8 +219,17 @@ def test_fully_masked_rows_are_zero(onnx_engine: OnnxEngine, normalizer, alpha, 
     rng = np.random.default_rng(11)
     for mask in ("bool", "float", "key_lengths"):
         for need_weights in (False, True):
-            task = make_task(rng, SHAPES[0], normalizer=normalizer, alpha=alpha, mask=mask, dtype=dtype,
-                             fully_masked_row=True, need_weights=need_weights, need_scores=need_weights)
+            task = make_task(
+                rng,
+                SHAPES[0],
+                normalizer=normalizer,
+                alpha=alpha,
+                mask=mask,
+                dtype=dtype,
+                fully_masked_row=True,
+                need_weights=need_weights,
+                need_scores=need_weights,
+            )
             got = check(onnx_engine, task)
             assert (got.valid_keys == 0).any()
     # bottom_right with L > S leaves the first L - S query rows without a key
@@ -229,8 +254,17 @@ def test_large_scores(onnx_engine: OnnxEngine, normalizer, alpha, dtype) -> None
     """|scores| ~ 1e4: the row max is subtracted first, masks stay masks (no finite sentinel leaks)."""
     rng = np.random.default_rng(5)
     for mask, causal in [("bool", None), ("float", "bottom_right"), ("key_lengths", "top_left")]:
-        task = make_task(rng, SHAPES[0], normalizer=normalizer, alpha=alpha, mask=mask, causal=causal, dtype=dtype,
-                         magnitude=1e4 / np.sqrt(8), temperature=1.0)
+        task = make_task(
+            rng,
+            SHAPES[0],
+            normalizer=normalizer,
+            alpha=alpha,
+            mask=mask,
+            causal=causal,
+            dtype=dtype,
+            magnitude=1e4 / np.sqrt(8),
+            temperature=1.0,
+        )
         got = onnx_engine.run(task)
         want = NUMPY.run(task)
         finite = np.isfinite(want.scores)
@@ -251,8 +285,17 @@ def test_explicit_scale_and_temperature(onnx_engine: OnnxEngine) -> None:
     for normalizer, alpha in NORMALIZERS:
         for scale, temperature in [(0.05, 3.0), (2.0, 0.25)]:
             for need_weights in (False, True):
-                task = make_task(rng, SHAPES[0], normalizer=normalizer, alpha=alpha, mask="float", dtype="float64",
-                                 scale=scale, temperature=temperature, need_weights=need_weights)
+                task = make_task(
+                    rng,
+                    SHAPES[0],
+                    normalizer=normalizer,
+                    alpha=alpha,
+                    mask="float",
+                    dtype="float64",
+                    scale=scale,
+                    temperature=temperature,
+                    need_weights=need_weights,
+                )
                 check(onnx_engine, task)
 
 
@@ -291,8 +334,17 @@ def test_parity_random_shapes(onnx_engine: OnnxEngine, data, normalizer, dtype, 
     Ev = data.draw(st.integers(1, 9))
     seed = data.draw(st.integers(0, 2**31))
     need_weights = data.draw(st.booleans())
-    task = make_task(np.random.default_rng(seed), (B, Hkv * G, Hkv, L, S, E, Ev), normalizer=normalizer[0], alpha=normalizer[1],
-                     mask=mask, causal=causal, dtype=dtype, need_weights=need_weights, need_scores=need_weights)
+    task = make_task(
+        np.random.default_rng(seed),
+        (B, Hkv * G, Hkv, L, S, E, Ev),
+        normalizer=normalizer[0],
+        alpha=normalizer[1],
+        mask=mask,
+        causal=causal,
+        dtype=dtype,
+        need_weights=need_weights,
+        need_scores=need_weights,
+    )
     check(onnx_engine, task)
 
 

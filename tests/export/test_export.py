@@ -91,5 +91,7 @@ def test_every_normalizer_and_dtype_has_a_graph(manifest: dict) -> None:
     for normalizer in ("softmax", "sparsemax", "entmax15", "entmax", "relu"):
         for dtype in ("float32", "float64"):
             assert (normalizer, dtype) in have
-    fused_output_only = [g for g in manifest["graphs"] if g["supports"]["fused_attention_op"] and not g["supports"]["weights"]]
+    fused_output_only = [
+        g for g in manifest["graphs"] if g["supports"]["fused_attention_op"] and not g["supports"]["weights"]
+    ]
     assert {g["supports"]["dtype"] for g in fused_output_only} == {"float32", "float64"}

@@ -38,7 +38,12 @@ def test_an_engine_bug_is_a_logged_500_without_internals(caplog: pytest.LogCaptu
         for secret in ("secret", "/srv", "deadbeef", "RuntimeError", "Traceback"):
             assert secret not in r.text
         assert r.headers["x-content-type-options"] == "nosniff"  # security headers on the 500 too
-        assert metric_value(c.get("/metrics").text, "attn_http_requests_total", method="POST", route="/v1/attention", status="500") == 1
+        assert (
+            metric_value(
+                c.get("/metrics").text, "attn_http_requests_total", method="POST", route="/v1/attention", status="500"
+            )
+            == 1
+        )
     errors = [rec for rec in caplog.records if rec.name == "service.errors"]
     assert len(errors) == 1 and errors[0].exc_info is not None
     assert "secret internals" in str(errors[0].exc_info[1])  # the details go to the log, not to the client
@@ -52,7 +57,10 @@ def test_a_named_engine_that_crashes_is_a_500_and_auto_falls_back() -> None:
     class BrokenOnnx(BrokenEngine):
         name = "onnx"
 
-    app = create_app(settings(inline_max_body_bytes=0, auto_numpy_max_scores=0), engines={"onnx": BrokenOnnx(), "numpy": NumpyEngine()})
+    app = create_app(
+        settings(inline_max_body_bytes=0, auto_numpy_max_scores=0),
+        engines={"onnx": BrokenOnnx(), "numpy": NumpyEngine()},
+    )
     with TestClient(app, raise_server_exceptions=False) as c:
         named = c.post("/v1/attention", json={**ATTENTION, "engine": "onnx"})
         assert_problem(named, 500)  # the server's fault, not the client's: never a 4xx

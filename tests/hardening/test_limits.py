@@ -35,9 +35,19 @@ def test_body_at_the_limit_is_read() -> None:
 
 def _scope(path: str, headers: list[tuple[bytes, bytes]], method: str = "POST") -> dict:
     return {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
-        "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"", "headers": headers,
-        "client": ("127.0.0.1", 5000), "server": ("testserver", 80), "state": {},
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+        "client": ("127.0.0.1", 5000),
+        "server": ("testserver", 80),
+        "state": {},
     }
 
 
@@ -79,7 +89,9 @@ def test_streamed_body_is_cut_off_at_the_limit(path: str) -> None:
     """A chunked body (no Content-Length) is counted as it arrives: 413 after the chunk that passes the limit."""
     app = create_app(settings(max_body_bytes=100_000))
     app.state.runtime.start_engines()  # ready (no lifespan here), so /v2 reads the body
-    status, headers, body, read = asyncio.run(_call(app, [(b"content-type", b"application/json")], [b" " * 65536] * 16, path))
+    status, headers, body, read = asyncio.run(
+        _call(app, [(b"content-type", b"application/json")], [b" " * 65536] * 16, path)
+    )
     assert status == 413 and read == 2  # 64 KiB, then 128 KiB > 100 000: the other 14 chunks are never read
     error = orjson.loads(body)
     assert error["status"] == 413 if path.startswith("/v1") else set(error) == {"error"}
@@ -98,7 +110,11 @@ def test_oversized_body_on_v2_keeps_the_protocol_error_body() -> None:
 @pytest.mark.parametrize(
     ("overrides", "body", "loc"),
     [
-        ({"max_rank": 3}, {**ATTENTION, "query": [[[[1.0, 0.0]]]], "key": [[[[1.0, 0.0]]]], "value": [[[[1.0, 0.0]]]]}, ["query"]),
+        (
+            {"max_rank": 3},
+            {**ATTENTION, "query": [[[[1.0, 0.0]]]], "key": [[[[1.0, 0.0]]]], "value": [[[[1.0, 0.0]]]]},
+            ["query"],
+        ),
         ({"max_dim": 4}, {**ATTENTION, "key": [[1.0, 0.0]] * 5, "value": [[1.0, 2.0]] * 5}, ["key", "shape", 0]),
         ({"max_tensor_elements": 3}, ATTENTION, ["query", "shape"]),
     ],
@@ -128,7 +144,13 @@ def test_deadline_answers_504_while_the_work_goes_on_and_keeps_its_slot() -> Non
     sends the 504 the moment the app does (test_shutdown.py checks that on a live server)."""
     engine = BlockingEngine()
     app = create_app(
-        settings(request_timeout_s=0.3, queue_timeout_s=0.1, max_concurrent_requests=1, max_queued_requests=0, inline_max_body_bytes=0),
+        settings(
+            request_timeout_s=0.3,
+            queue_timeout_s=0.1,
+            max_concurrent_requests=1,
+            max_queued_requests=0,
+            inline_max_body_bytes=0,
+        ),
         engines={"numpy": engine},
     )
     body = orjson.dumps(ATTENTION)
@@ -150,7 +172,9 @@ def test_deadline_answers_504_while_the_work_goes_on_and_keeps_its_slot() -> Non
         first = asyncio.ensure_future(app(_scope("/v1/attention", headers), receive, send))
         await asyncio.wait_for(answered.wait(), 2.0)  # answered at the deadline ...
         assert 0.25 < time.monotonic() - t0 < 2.0
-        assert sent[0]["status"] == 504 and orjson.loads(sent[1]["body"])["detail"].startswith("the request was not answered")
+        assert sent[0]["status"] == 504 and orjson.loads(sent[1]["body"])["detail"].startswith(
+            "the request was not answered"
+        )
         assert not engine.finished.is_set() and not first.done()  # ... while the work goes on
         status, _, _, _ = await _call(app, headers, [body], "/v1/attention")
         assert status == 503  # abandoned work keeps its slot, so it cannot pile up
@@ -161,7 +185,9 @@ def test_deadline_answers_504_while_the_work_goes_on_and_keeps_its_slot() -> Non
         assert status == 200
         metrics = (await _call(app, [], [b""], "/metrics", "GET"))[2].decode()
         assert metric_value(metrics, "attn_http_requests_rejected_total", reason="deadline") == 1
-        assert metric_value(metrics, "attn_http_requests_total", method="POST", route="/v1/attention", status="504") == 1
+        assert (
+            metric_value(metrics, "attn_http_requests_total", method="POST", route="/v1/attention", status="504") == 1
+        )
         assert metric_value(metrics, "attn_http_requests_in_flight") == 0
 
     asyncio.run(scenario())
@@ -179,7 +205,9 @@ def test_deadline_on_v2_keeps_the_protocol_error_body() -> None:
 
 def test_past_the_queue_requests_get_503_with_retry_after_at_once_and_probes_still_answer() -> None:
     engine = BlockingEngine()
-    with client_for(engine, max_concurrent_requests=1, max_queued_requests=1, queue_timeout_s=5.0, retry_after_s=7) as c:
+    with client_for(
+        engine, max_concurrent_requests=1, max_queued_requests=1, queue_timeout_s=5.0, retry_after_s=7
+    ) as c:
         with ThreadPoolExecutor(2) as pool:
             first = pool.submit(c.post, "/v1/attention", json=ATTENTION)
             assert engine.started.acquire(timeout=5)  # the first request holds the only slot

@@ -46,7 +46,14 @@ def test_promtool_accepts_the_metrics() -> None:
 
 @pytest.mark.parametrize(
     ("sent", "kept"),
-    [("abc-123_X.y:z", True), ("x" * 128, True), ("x" * 129, False), ("bad id", False), ("a\u00e9b", False), ("", False)],
+    [
+        ("abc-123_X.y:z", True),
+        ("x" * 128, True),
+        ("x" * 129, False),
+        ("bad id", False),
+        ("a\u00e9b", False),
+        ("", False),
+    ],
     ids=["safe", "longest", "too-long", "space", "non-ascii", "empty"],
 )
 def test_request_id_is_echoed_when_safe_and_generated_otherwise(sent: str, kept: bool) -> None:
@@ -68,7 +75,18 @@ def test_one_access_line_per_request_with_its_fields(caplog: pytest.LogCaptureFi
     lines = [rec for rec in caplog.records if rec.name == "service.access"]
     assert [(rec.request_id, rec.status) for rec in lines][-3:] == [("req-1", 200), ("req-2", 404), ("req-3", 422)]
     line = orjson.loads(JsonFormatter().format(lines[-3]))
-    assert {"ts", "level", "logger", "message", "method", "path", "status", "duration_ms", "request_id", "client"} <= set(line)
+    assert {
+        "ts",
+        "level",
+        "logger",
+        "message",
+        "method",
+        "path",
+        "status",
+        "duration_ms",
+        "request_id",
+        "client",
+    } <= set(line)
     assert line["method"] == "POST" and line["path"] == "/v1/softmax" and line["duration_ms"] > 0
 
 
@@ -94,5 +112,13 @@ def test_log_config_routes_uvicorn_and_service_loggers_through_one_formatter() -
     logging.config.dictConfig(config)  # valid for dictConfig
     assert config["loggers"]["uvicorn.access"]["handlers"] == []  # replaced by service.access
     assert config["formatters"]["default"]["()"].endswith("JsonFormatter")
-    logging.config.dictConfig({"version": 1, "disable_existing_loggers": False, "loggers": {
-        name: {"handlers": [], "propagate": True, "level": "NOTSET"} for name in ("uvicorn", "uvicorn.access", "service")}})
+    logging.config.dictConfig(
+        {
+            "version": 1,
+            "disable_existing_loggers": False,
+            "loggers": {
+                name: {"handlers": [], "propagate": True, "level": "NOTSET"}
+                for name in ("uvicorn", "uvicorn.access", "service")
+            },
+        }
+    )

@@ -36,7 +36,14 @@ def test_missing_key_is_401_with_a_bearer_challenge(keyed) -> None:  # type: ign
         {"authorization": "Bearer", "x-api-key": KEY_A},
         {"authorization": "garbage", "x-api-key": KEY_A},
     ],
-    ids=["wrong-bearer", "longer", "basic-scheme", "prefix", "empty-bearer-beside-a-good-key", "bad-authorization-beside-a-good-key"],
+    ids=[
+        "wrong-bearer",
+        "longer",
+        "basic-scheme",
+        "prefix",
+        "empty-bearer-beside-a-good-key",
+        "bad-authorization-beside-a-good-key",
+    ],
 )
 def test_wrong_key_is_401(keyed, headers: dict) -> None:  # type: ignore[no-untyped-def]
     r = keyed.post("/v1/softmax", json=SOFTMAX, headers=headers)
@@ -100,7 +107,16 @@ def test_key_check_compares_every_key_by_digest() -> None:
         ({"ATTN_QUEUE_TIMEOUT_S": "5", "ATTN_REQUEST_TIMEOUT_S": "5"}, "shorter than"),
         ({"ATTN_AUTH_EXEMPT_PATHS": "/healthz,metrics"}, "'metrics' is not a path"),
     ],
-    ids=["empty-keys", "empty-key", "short-key", "cors-star-credentials", "cors-path", "workers-no-metrics-dir", "queue-timeout", "exempt-path"],
+    ids=[
+        "empty-keys",
+        "empty-key",
+        "short-key",
+        "cors-star-credentials",
+        "cors-path",
+        "workers-no-metrics-dir",
+        "queue-timeout",
+        "exempt-path",
+    ],
 )
 def test_unsafe_settings_are_refused(monkeypatch: pytest.MonkeyPatch, env: dict, message: str) -> None:
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
@@ -138,15 +154,23 @@ def test_cors_allow_list() -> None:
     with client_for(cors_allow_origins=[ORIGIN], api_keys=[KEY_A]) as c:
         pre = c.options(
             "/v1/softmax",
-            headers={"origin": ORIGIN, "access-control-request-method": "POST", "access-control-request-headers": "content-type, x-api-key"},
+            headers={
+                "origin": ORIGIN,
+                "access-control-request-method": "POST",
+                "access-control-request-headers": "content-type, x-api-key",
+            },
         )
         assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == ORIGIN  # no key needed
         r = c.post("/v1/softmax", json=SOFTMAX, headers={"origin": ORIGIN, "x-api-key": KEY_A})
         assert r.headers["access-control-allow-origin"] == ORIGIN
         assert "x-request-id" in r.headers["access-control-expose-headers"].lower()
         denied = c.post("/v1/softmax", json=SOFTMAX, headers={"origin": ORIGIN})
-        assert denied.status_code == 401 and denied.headers["access-control-allow-origin"] == ORIGIN  # readable by the page
-        bad = c.options("/v1/softmax", headers={"origin": "https://evil.example.com", "access-control-request-method": "POST"})
+        assert (
+            denied.status_code == 401 and denied.headers["access-control-allow-origin"] == ORIGIN
+        )  # readable by the page
+        bad = c.options(
+            "/v1/softmax", headers={"origin": "https://evil.example.com", "access-control-request-method": "POST"}
+        )
         assert_problem(bad, 400, detail="origin")
         assert "access-control-allow-origin" not in bad.headers
         other = c.post("/v1/softmax", json=SOFTMAX, headers={"origin": "https://evil.example.com", "x-api-key": KEY_A})

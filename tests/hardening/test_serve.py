@@ -41,7 +41,11 @@ class LiveServer:
         full_env.update({"ATTN_ENABLE_ONNX": "false", "ATTN_PORT": str(self.port), **env})
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "serve"], cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "service", "serve"],
+            cwd=ROOT,
+            env=full_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
@@ -150,7 +154,9 @@ def test_no_server_banner_and_504_at_the_deadline_on_the_wire(live_server) -> No
 def test_serve_refuses_to_start_on_unsafe_settings() -> None:
     key = "a-perfectly-good-key-0001"
     env = {"PATH": "/usr/bin:/bin", "ATTN_ENABLE_ONNX": "false", "ATTN_API_KEYS": f"{key},short"}
-    done = subprocess.run([sys.executable, "-m", "service", "serve"], cwd=ROOT, env=env, capture_output=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "service", "serve"], cwd=ROOT, env=env, capture_output=True, timeout=60
+    )
     assert done.returncode == 2
     err = done.stderr.decode()
     assert "refusing to start" in err and "key #2 has 5 characters" in err
@@ -161,6 +167,7 @@ def test_serve_refuses_to_start_on_unsafe_settings() -> None:
 def test_metrics_of_all_workers_are_merged(live_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Two uvicorn workers, multiprocess mode: whichever worker answers the scrape counts every request."""
     server = live_server({"ATTN_WORKERS": "2", "ATTN_METRICS_DIR": str(tmp_path / "metrics")})
+
     def worker_pids() -> set[str]:
         return {path.stem.rpartition("_")[2] for path in (tmp_path / "metrics").glob("counter_*.db")}
 
