@@ -53,8 +53,10 @@ COPY pyproject.toml deploy/docker/requirements_from_pyproject.py ./
 RUN /opt/venv/bin/python requirements_from_pyproject.py pyproject.toml "$EXTRAS" > requirements.txt \
  && /opt/venv/bin/pip install --no-cache-dir -r requirements.txt
 
-COPY README.md ./
+COPY README.md setup.py MANIFEST.in ./
 COPY service/ service/
+# The ONNX graphs become package data (service/models inside the installed package; see setup.py).
+COPY models/ models/
 # --no-deps: the dependencies are in already (and with EXTRAS=gpu, the CPU
 # onnxruntime of the base dependencies must stay out).
 RUN /opt/venv/bin/pip install --no-cache-dir --no-deps . \
@@ -79,10 +81,8 @@ RUN apt-get update \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin app
 
 COPY --from=build /opt/venv /opt/venv
-COPY --chown=root:root models/ /app/models/
 
-# The package is installed (not editable), so its default models dir would be
-# inside site-packages: point it at the graphs copied above.
+# The graphs ship inside the installed package (ATTN_MODELS_DIR may point elsewhere).
 # PYTHONDONTWRITEBYTECODE: the root file system may be read-only (pip compiled
 # the bytecode at install time).
 ENV PATH=/opt/venv/bin:$PATH \
@@ -90,8 +90,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp \
     ATTN_HOST=0.0.0.0 \
-    ATTN_PORT=8000 \
-    ATTN_MODELS_DIR=/app/models
+    ATTN_PORT=8000
 
 WORKDIR /app
 USER 10001:10001

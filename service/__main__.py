@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--port", type=int, help="port (ATTN_PORT, default 8000)")
     serve.add_argument("--workers", type=int, help="worker processes (ATTN_WORKERS, default 1)")
     export = sub.add_parser("export-models", help="build the ONNX graphs into models/ (deterministic)")
-    export.add_argument("--out", help="directory (default: the repository's models/)")
+    export.add_argument("--out", help="directory (default: a checkout's models/, else ./models)")
     openapi = sub.add_parser("openapi", help="print the OpenAPI schema the app serves, as YAML (needs PyYAML)")
     openapi.add_argument("--out", help="write to this file instead of stdout")
     args = parser.parse_args(argv)

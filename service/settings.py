@@ -16,10 +16,10 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.core.diagnostics import DiagnosticThresholds
+from service.models_location import default_models_dir
 
 _DIAG = DiagnosticThresholds()
 
-DEFAULT_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 
 MIN_API_KEY_LENGTH = 16
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")
@@ -63,7 +63,10 @@ class Settings(BaseSettings):
     )
 
     # Engines
-    models_dir: Path = DEFAULT_MODELS_DIR
+    models_dir: Path = Field(
+        default_factory=default_models_dir,
+        description="The exported ONNX graphs and their manifest; default: the copy shipped in the package.",
+    )
     enable_onnx: bool = True
     onnx_providers: list[str] | None = Field(
         None, description="Execution providers in order of preference; default: best available."

@@ -98,7 +98,9 @@ def verify_models(models_dir: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Read the manifest and every model file, checking each file's sha256.
 
     Returns (manifest, {graph name: file bytes}); raises :class:`ModelCheckError`
-    naming the first file that is missing or whose hash differs.
+    naming the first file that is missing or whose hash differs. The messages
+    name files relative to the models directory: they reach HTTP bodies (503),
+    which must not show the server's file system (the log line names the folder).
     """
     manifest_path = models_dir / MANIFEST_NAME
     try:
@@ -106,10 +108,11 @@ def verify_models(models_dir: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
         graphs = manifest["graphs"]
     except FileNotFoundError:
         raise ModelCheckError(
-            f"model manifest {manifest_path} is missing (run `python -m service export-models`)"
+            f"model manifest {MANIFEST_NAME} is missing from the models directory "
+            "(set ATTN_MODELS_DIR, or run `python -m service export-models --out DIR`)"
         ) from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelCheckError(f"model manifest {manifest_path} is unreadable: {exc}") from None
+        raise ModelCheckError(f"model manifest {MANIFEST_NAME} is unreadable: {type(exc).__name__}") from None
     blobs: dict[str, bytes] = {}
     for g in graphs:
         path = models_dir / g["file"]
@@ -117,12 +120,12 @@ def verify_models(models_dir: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
             data = path.read_bytes()
         except OSError as exc:
             raise ModelCheckError(
-                f"model file {path} listed in the manifest cannot be read: {exc.strerror or exc}"
+                f"model file {g['file']} listed in the manifest cannot be read: {exc.strerror or type(exc).__name__}"
             ) from None
         digest = hashlib.sha256(data).hexdigest()
         if digest != g["sha256"]:
             raise ModelCheckError(
-                f"model file {path} is corrupted: sha256 {digest} does not match the manifest's {g['sha256']}"
+                f"model file {g['file']} is corrupted: sha256 {digest} does not match the manifest's {g['sha256']}"
             )
         blobs[g["name"]] = data
     return manifest, blobs
@@ -187,7 +190,7 @@ class OnnxEngine:
                 self._sessions = {}
                 self._error = str(exc) if isinstance(exc, ModelCheckError) else f"{type(exc).__name__}: {exc}"
                 self._state = "failed"
-                logger.error("ONNX engine not ready: %s", self._error)
+                logger.error("ONNX engine not ready (models directory %s): %s", self.models_dir, self._error)
                 return
             self._state = "ready"
             logger.info(
@@ -314,10 +317,7 @@ class OnnxEngine:
             return key
         if self.graph_for(task) is None:
             normalizer, dtype, outputs, _ = key
-            return (
-                f"no ONNX graph in {self.models_dir} serves normalizer {normalizer} in {dtype} "
-                f"with outputs {', '.join(sorted(outputs))}"
-            )
+            return f"no ONNX graph serves normalizer {normalizer} in {dtype} with outputs {', '.join(sorted(outputs))}"
         return None
 
     def _request_key(self, task: AttentionTask) -> tuple[str, str, set[str], bool] | str:

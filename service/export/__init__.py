@@ -1,6 +1,7 @@
 """Export the attention graphs to ``models/`` with a manifest.
 
-``python -m service.export [--out DIR]`` (also ``python -m service export-models``)
+``python -m service.export [--out DIR]`` (also ``python -m service export-models``;
+default: the checkout's ``models/``, else ``./models``, never site-packages)
 writes one ``.onnx`` file per graph of :data:`service.export.graphs.GRAPHS` and
 ``manifest.json`` listing each file's inputs, outputs, opset, IR version, what it
 supports and its sha256. The export is deterministic: re-running it gives
@@ -19,9 +20,9 @@ import onnx
 
 from service.export.builder import IR_VERSION, OPSET, PRODUCER_NAME, PRODUCER_VERSION, serialize
 from service.export.graphs import BISECT_ITERATIONS, GRAPHS, GraphSpec
+from service.models_location import MANIFEST_NAME, default_export_dir
 
-DEFAULT_MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
-MANIFEST_NAME = "manifest.json"
+DEFAULT_MODELS_DIR = default_export_dir()
 MANIFEST_FORMAT = 1
 
 _DTYPE_NAMES = {
