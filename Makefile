@@ -1,10 +1,10 @@
 # Two commands: `make serve` starts the service on http://127.0.0.1:8000,
-# `make test` runs the whole test suite. Both create .venv and install into it.
+# `make test` runs the static checks (`make check`) and the whole test suite. Both create .venv and install into it.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: serve test bench bench-engines bench-http load-test export-models image smoke-podman clean
+.PHONY: serve check format test bench bench-engines bench-http load-test export-models image smoke-podman clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,17 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 serve: $(VENV)/.installed
 	$(BIN)/python -m service serve
 
-test: $(VENV)/.installed-test
+# Static checks (configured in pyproject.toml): lint, and formatting left as `ruff format` writes it.
+check: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# Apply ruff's safe fixes and the formatter (then `make check` shows what is left to fix by hand).
+format: $(VENV)/.installed-test
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: check $(VENV)/.installed-test
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.installed

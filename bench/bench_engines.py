@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+from functools import partial
 
 import numpy as np
 from timing import matmul_rate, median_time
@@ -66,8 +67,8 @@ def main(argv: list[str] | None = None) -> None:
                 need_weights=need_weights,
                 need_scores=need_scores,
             )
-            t_np = median_time(lambda: numpy_engine.run(task), args.repeats)
-            t_onnx = median_time(lambda: onnx.run(task), args.repeats)
+            t_np = median_time(partial(numpy_engine.run, task), args.repeats)
+            t_onnx = median_time(partial(onnx.run, task), args.repeats)
             rows.append((shape, label, t_np, t_onnx, onnx.graph_for(task), flops))
     rates.append(matmul_rate())
     peak = max(rates)
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     print()
     print(
-        "| shape (B, H, L, E), S = L | returns | numpy ms | ONNX ms | ONNX graph | numpy % of matmul | ONNX % of matmul | numpy / ONNX |"
+        "| shape (B, H, L, E), S = L | returns | numpy ms | ONNX ms | ONNX graph | numpy % of matmul "
+        "| ONNX % of matmul | numpy / ONNX |"
     )
     print("|---|---|---:|---:|---|---:|---:|---:|")
     for shape, label, t_np, t_onnx, graph, flops in rows:

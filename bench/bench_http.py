@@ -375,8 +375,10 @@ def main(argv: list[str] | None = None) -> int:
         errors = c.e2e["non_2xx"] + c.e2e_c["non_2xx"] + c.e2e["socket_errors"] + c.e2e_c["socket_errors"]
         loc = c.local
         print(
-            f"| {c.name} | {len(c.body) if c.method == 'POST' else 'GET'} | {c.response_bytes} | {c.e2e['p50_us'] / 1e3:.2f} | {c.e2e['p99_us'] / 1e3:.2f} | "
-            f"{c.e2e['rps']:.0f} | {c.e2e_c['rps']:.0f} | {errors} | {fmt(loc.get('total'))} | {fmt(loc.get('compute'))} | "
+            f"| {c.name} | {len(c.body) if c.method == 'POST' else 'GET'} | {c.response_bytes} "
+            f"| {c.e2e['p50_us'] / 1e3:.2f} | {c.e2e['p99_us'] / 1e3:.2f} | "
+            f"{c.e2e['rps']:.0f} | {c.e2e_c['rps']:.0f} | {errors} | {fmt(loc.get('total'))} "
+            f"| {fmt(loc.get('compute'))} | "
             f"{fmt(loc.get('diagnostics'))} | {fmt(loc.get('codec'))} |"
         )
 
@@ -390,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---|---|")
     live, bare_get = p50[LIVE_GET], p50[BARE_GET]
     print(
-        f"| service middleware and routing: `{LIVE_GET}` / `{BARE_GET}` | {live:.2f} / {bare_get:.2f} | {live / bare_get:.2f}x | (no target) | |"
+        f"| service middleware and routing: `{LIVE_GET}` / `{BARE_GET}` | {live:.2f} / {bare_get:.2f} "
+        f"| {live / bare_get:.2f}x | (no target) | |"
     )
     for name in (f"/v1 {s} lists", f"/v1 {s} lists, no diagnostics", f"/v2 {s} binary"):
         print(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+from functools import partial
 
 import numpy as np
 from timing import all_cores, matmul_rate, median_time
@@ -57,9 +58,9 @@ def main() -> None:
         flops = 4 * B * H * L * L * E
         for need_weights in (False, True):
             task = AttentionTask(AttentionInputs(q, k, v), AttentionParams(), np.dtype(np.float32), need_weights)
-            ours = median_time(lambda: engine.run(task), args.repeats)
+            ours = median_time(partial(engine.run, task), args.repeats)
             with all_cores():
-                base = median_time(lambda: plain_numpy(q, k, v, need_weights), args.repeats)
+                base = median_time(partial(plain_numpy, q, k, v, need_weights), args.repeats)
             print(
                 f"| {shape} | {'yes' if need_weights else 'no'} | {ours * 1e3:.3f} | {flops / ours / 1e9:.1f} | "
                 f"{100 * flops / ours / peak:.0f}% | {base * 1e3:.3f} | {base / ours:.2f}x |"

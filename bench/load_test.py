@@ -54,7 +54,7 @@ def _tensor_b64(arr: np.ndarray) -> dict[str, Any]:
 
 
 def build_requests(max_body_bytes: int) -> dict[str, tuple[str, bytes, int]]:
-    """kind -> (path, body, weight)."""
+    """Kind -> (path, body, weight)."""
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((2, 16, 16)).round(4).tolist() for _ in range(3))
     qb, kb, vb = (rng.standard_normal((1, 4, 64, 32), dtype=np.float32) for _ in range(3))
@@ -142,7 +142,7 @@ def main() -> int:
     url = f"http://127.0.0.1:{port}"
     workdir = Path(tempfile.mkdtemp(prefix="load_test_"))
     env = {**os.environ, "ATTN_PORT": str(port), "ATTN_MAX_BODY_BYTES": str(max_body)}
-    log = open(workdir / "server.log", "wb")
+    log = open(workdir / "server.log", "wb")  # noqa: SIM115 -- the server writes to it until the `finally` closes it
     server = subprocess.Popen(
         [sys.executable, "-m", "service", "serve"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
     )

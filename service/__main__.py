@@ -18,7 +18,8 @@ def _exit_zero(signum: int, frame: object) -> None:
 
 def _serve(settings: Settings) -> int:
     """Run uvicorn until SIGTERM or SIGINT, then let requests in flight finish (up to
-    ``shutdown_grace_s``) and exit 0."""
+    ``shutdown_grace_s``) and exit 0.
+    """
     import uvicorn
 
     from service.observability.logs import log_config

@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 import httpx
 import numpy as np
-import pybase64  # SIMD base64, ~40x faster than the standard library on large tensors
 import orjson
+import pybase64  # SIMD base64, ~40x faster than the standard library on large tensors
 
 __all__ = ["AttentionClient", "AttentionReply", "ServiceError", "decode_tensor", "encode_tensor"]
 

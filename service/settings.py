@@ -134,7 +134,8 @@ class Settings(BaseSettings):
         0.0,
         ge=0,
         le=60,
-        description="TEST ONLY: sleep this long in every admitted request (tests of shutdown and backpressure); keep 0.",
+        description="TEST ONLY: sleep this long in every admitted request (tests of shutdown and backpressure); "
+        "keep 0.",
     )
 
     @field_validator("api_keys", "auth_exempt_paths", "cors_allow_origins", mode="before")

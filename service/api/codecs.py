@@ -131,7 +131,7 @@ def _from_object(value: dict[str, Any], name: str, kind: TensorKind, limits: Ten
                 f"{name}.b64 decodes to {len(raw)} bytes but shape {list(shape)} of {dtype_name} needs {expected}",
                 (name, "b64"),
             )
-        if dtype == bool:
+        if dtype == np.bool_:
             ints = np.frombuffer(raw, dtype=np.uint8)
             if (ints > 1).any():
                 raise InvalidInput(f"{name}.b64: bool bytes must be 0 or 1", (name, "b64"))
@@ -153,7 +153,7 @@ def _from_object(value: dict[str, Any], name: str, kind: TensorKind, limits: Ten
         if flat.ndim != 1 or flat.dtype == object:
             raise InvalidInput(f"{name}.data must be a flat list of numbers", (name, "data"))
         flat = _check_kind(flat, name, kind)
-        if dtype == bool:
+        if dtype == np.bool_:
             if flat.dtype != bool:
                 raise InvalidInput(f"{name}.data must hold booleans for dtype bool", (name, "data"))
             arr = flat.reshape(shape)

@@ -123,7 +123,8 @@ def error_response(
     headers: dict[str, str] | None = None,
 ) -> Response:
     """The error body the path's protocol defines: ``{"error": detail}`` under /v2 (Open
-    Inference Protocol), problem+json everywhere else; same status and headers either way."""
+    Inference Protocol), problem+json everywhere else; same status and headers either way.
+    """
     if path == V2_PREFIX or path.startswith(V2_PREFIX + "/"):
         return protocol_error_response(status, detail, headers)
     return problem_response(status, detail, errors=errors, headers=headers)

@@ -94,7 +94,8 @@ class AttentionRequest(_Strict):
     )
     causal: StrictBool | Literal["top_left", "bottom_right"] = Field(
         False,
-        description="true means 'top_left' (PyTorch is_causal); 'bottom_right' aligns the last query with the last key.",
+        description="true means 'top_left' (PyTorch is_causal); "
+        "'bottom_right' aligns the last query with the last key.",
     )
     key_lengths: list[Annotated[StrictInt, Field(ge=0)]] | None = Field(
         None, description="One length per batch: key j of batch b is valid iff j < key_lengths[b]."

@@ -60,7 +60,9 @@ def _budget(runtime: Runtime) -> budget.Budget:
 def decode_tensor(
     value: Any, name: str, *, kind: codecs.TensorKind = "float", limits: codecs.TensorLimits
 ) -> np.ndarray:
-    """A wire tensor decoded into numpy; an array is taken as it is (/v2 decodes its own tensors and checks their limits)."""
+    """A wire tensor decoded into numpy; an array is taken as it is (/v2 decodes its own tensors and checks
+    their limits).
+    """
     if isinstance(value, np.ndarray):
         return value
     return codecs.decode_tensor(value, name, kind=kind, limits=limits)
@@ -87,7 +89,9 @@ def _timing(**marks: float) -> dict[str, float]:
     """Milliseconds between consecutive ``perf_counter`` marks (the keys name the intervals), and the total."""
     times = list(marks.values())
     names = list(marks)[1:]
-    out = {name: round((t1 - t0) * 1e3, 3) for name, t0, t1 in zip(names, times, times[1:])}
+    out = {
+        name: round((t1 - t0) * 1e3, 3) for name, t0, t1 in zip(names, times, times[1:], strict=False)
+    }  # names has one key fewer than times
     out["total"] = round((times[-1] - times[0]) * 1e3, 3)
     return out
 

@@ -272,7 +272,8 @@ def _run_softmax(runtime: Runtime, request: InferRequest) -> tuple[list[tuple[st
 
 SOFTMAX = Model(
     name="softmax",
-    description="Normalizes logits along one axis: (logits + float mask) / temperature, then the normalizer; a BOOL mask removes positions.",
+    description="Normalizes logits along one axis: (logits + float mask) / temperature, then the normalizer; "
+    "a BOOL mask removes positions.",
     inputs=(
         TensorSpec("logits", FLOAT, min_rank=1, description="any rank 1 to 4"),
         TensorSpec(
@@ -478,7 +479,7 @@ async def _infer_route(request: Request, model_name: str, model_version: str | N
 
 @router.post("/models/{model_name}/infer", summary="Inference", responses=INFER_RESPONSES, openapi_extra=INFER_OPENAPI)
 async def infer(request: Request, model_name: str) -> Response:
-    """Run a model. JSON or binary tensors in and out; options in the request parameters; diagnostics in the response parameters."""
+    """Run a model. JSON or binary tensors in and out; options in the request parameters; diagnostics in the response parameters."""  # noqa: E501 -- the docstring is the endpoint's OpenAPI description: one line keeps openapi.yaml as it is
     return await _infer_route(request, model_name, None)
 
 

@@ -275,7 +275,8 @@ def parse_request(
             expected = math.prod(shape) * dtype.itemsize
             if size != expected:
                 raise bad(
-                    f"input {name!r}: binary_data_size is {size}, but shape {list(shape)} of {datatype} needs {expected} bytes"
+                    f"input {name!r}: binary_data_size is {size}, "
+                    f"but shape {list(shape)} of {datatype} needs {expected} bytes"
                 )
             arrays[name] = _from_binary(reader.take(size, name), dtype, shape, name)
         elif "data" in raw:

@@ -71,7 +71,8 @@ def check_dims(query_shape: tuple[int, ...], key_shape: tuple[int, ...], value_s
                 )
     if not (len(query_shape) == len(key_shape) == len(value_shape)):
         raise InvalidInput(
-            f"query, key and value must have the same rank; got {len(query_shape)}, {len(key_shape)} and {len(value_shape)}",
+            "query, key and value must have the same rank; "
+            f"got {len(query_shape)}, {len(key_shape)} and {len(value_shape)}",
             ("key",),
         )
     rank = len(query_shape)
@@ -108,9 +109,8 @@ def check_params(params: AttentionParams) -> None:
             f"normalizer must be one of {', '.join(normalizers.NORMALIZER_NAMES)}; got {params.normalizer!r}",
             ("normalizer",),
         )
-    if params.normalizer == "entmax":
-        if params.alpha is None or not math.isfinite(params.alpha) or params.alpha <= 1:
-            raise InvalidInput("normalizer 'entmax' needs a finite alpha > 1 (alpha = 1 is softmax)", ("alpha",))
+    if params.normalizer == "entmax" and (params.alpha is None or not math.isfinite(params.alpha) or params.alpha <= 1):
+        raise InvalidInput("normalizer 'entmax' needs a finite alpha > 1 (alpha = 1 is softmax)", ("alpha",))
     if params.scale is not None and not (math.isfinite(params.scale) and params.scale > 0):
         raise InvalidInput(f"scale must be a finite number > 0, got {params.scale}", ("scale",))
     if not (math.isfinite(params.temperature) and params.temperature > 0):
@@ -192,7 +192,7 @@ class _Chunk:
     b: int
     kv: slice
     g: slice
-    l: slice
+    l: slice  # noqa: E741 -- the query-length axis L, as in (B, H, L, S)
 
 
 def _chunks(d: Dims, budget: int) -> list[_Chunk]:
@@ -217,7 +217,7 @@ def _chunks(d: Dims, budget: int) -> list[_Chunk]:
                 _Chunk(b, slice(kv, kv + 1), slice(g, g + 1), slice(l, min(l + n, L)))
                 for kv in range(d.Hkv)
                 for g in range(G)
-                for l in range(0, L, n)
+                for l in range(0, L, n)  # noqa: E741 -- rows along the query-length axis L
             ]
     return chunks
 

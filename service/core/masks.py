@@ -54,7 +54,7 @@ def as_4d_mask(mask: np.ndarray, target: tuple[int, int, int, int]) -> np.ndarra
         raise InvalidInput(f"mask has rank {mask.ndim}; at most 4 is allowed", ("mask",))
     m4 = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
     names = ("B", "Hq", "L", "S")
-    for axis, (have, want) in enumerate(zip(m4.shape, target)):
+    for axis, (have, want) in enumerate(zip(m4.shape, target, strict=True)):
         if have not in (1, want):
             dim = axis - (4 - mask.ndim)
             raise InvalidInput(

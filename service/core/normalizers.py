@@ -24,6 +24,7 @@ References:
     Models", ACL 2019.
     M. Blondel, A. F. T. Martins and V. Niculae, "Learning with Fenchel-Young
     Losses", JMLR 21, 2020.
+
 """
 
 from __future__ import annotations

@@ -322,7 +322,8 @@ class OnnxEngine:
 
     def _request_key(self, task: AttentionTask) -> tuple[str, str, set[str], bool] | str:
         """(normalizer of the graph, dtype name, outputs needed, whether anything masks),
-        or the reason no graph can serve the task."""
+        or the reason no graph can serve the task.
+        """
         dtype = np.dtype(task.dtype).name
         if dtype not in SUPPORTED_DTYPES:
             return f"precision {dtype} has no ONNX graph (float32 and float64 only)"
@@ -379,7 +380,7 @@ class OnnxEngine:
         if "alpha" in graph_inputs:
             feeds["alpha"] = np.array(params.alpha, dtype=dtype)
         wanted = ["output"] + (["weights"] if task.need_weights else []) + (["scores"] if task.need_scores else [])
-        fetched = dict(zip(wanted, self._sessions[name].run(wanted, feeds)))
+        fetched = dict(zip(wanted, self._sessions[name].run(wanted, feeds), strict=True))
         output = fetched["output"]
         weights = fetched.get("weights")
         scores = fetched.get("scores")

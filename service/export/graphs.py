@@ -448,7 +448,8 @@ def _specs() -> list[GraphSpec]:
                 fused=True,
                 outputs=("output", "weights"),
                 build=lambda g: _build_fused(g, weights=True),
-                description=f"Softmax attention on the ONNX Attention operator (opset {OPSET}), {dtype}, output and weights.",
+                description=f"Softmax attention on the ONNX Attention operator (opset {OPSET}), {dtype}, "
+                "output and weights.",
             )
         )
     for normalizer in ("softmax", "sparsemax", "entmax15", "entmax", "relu"):

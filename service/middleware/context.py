@@ -66,7 +66,8 @@ class RouteTemplates:
 class RequestContextMiddleware:
     """Gives each request an id (``X-Request-ID`` when valid, else a new one), echoes it in the
     response, writes one ``service.access`` log line and the request metrics, and turns an
-    exception nothing else handled into a logged 500 with no internals in the body."""
+    exception nothing else handled into a logged 500 with no internals in the body.
+    """
 
     def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
         self.app = app

@@ -136,7 +136,8 @@ class Overloaded(Exception):
 
 class AdmissionGate:
     """At most ``limit`` holders at once; up to ``max_queue`` more wait in FIFO order, each for at
-    most ``queue_timeout_s``. Runs on one event loop (no locks needed)."""
+    most ``queue_timeout_s``. Runs on one event loop (no locks needed).
+    """
 
     def __init__(
         self, limit: int, max_queue: int, queue_timeout_s: float, on_change: Callable[[int, int], None] | None = None
@@ -195,7 +196,8 @@ class AdmissionGate:
 class AdmissionMiddleware:
     """Bounds the requests in flight: past ``limit`` running and ``max_queue`` waiting, or after
     ``queue_timeout_s`` in the queue, the answer is 503 with ``Retry-After`` at once instead of
-    ever-growing latency. ``exempt`` paths (probes, metrics) are never queued."""
+    ever-growing latency. ``exempt`` paths (probes, metrics) are never queued.
+    """
 
     def __init__(
         self,

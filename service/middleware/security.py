@@ -29,7 +29,8 @@ API_CSP = ("content-security-policy", "default-src 'none'; frame-ancestors 'none
 class SecurityHeadersMiddleware:
     """Adds nosniff, frame denial, no referrer and ``Cache-Control: no-store`` to every response
     (unless the app set its own cache policy), and a deny-all Content-Security-Policy except on the
-    interactive docs."""
+    interactive docs.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -86,7 +87,8 @@ def presented_key(scope: Scope) -> str | None:
 
 class ApiKeyMiddleware:
     """401 (with ``WWW-Authenticate: Bearer``) unless the request carries a configured API key;
-    ``exempt`` paths (probes, the metrics scrape) pass without one."""
+    ``exempt`` paths (probes, the metrics scrape) pass without one.
+    """
 
     def __init__(self, app: ASGIApp, keys: Sequence[str], exempt: Collection[str], metrics: ServiceMetrics) -> None:
         self.app = app

@@ -15,8 +15,18 @@ import os
 import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
-from prometheus_client import gc_collector, multiprocess, platform_collector, process_collector
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    gc_collector,
+    generate_latest,
+    multiprocess,
+    platform_collector,
+    process_collector,
+)
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 disable_created_metrics()  # no ``*_created`` series: they double the output and nothing here reads them

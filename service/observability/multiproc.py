@@ -13,7 +13,8 @@ from pathlib import Path
 def prepare_metrics_dir(metrics_dir: Path | None) -> Path | None:
     """Point ``PROMETHEUS_MULTIPROC_DIR`` at ``metrics_dir`` (or keep the one already set), create
     it and delete the files of earlier runs, whose counters would otherwise be added to this one's.
-    Returns the directory, or None when metrics stay in-process (one worker, no directory)."""
+    Returns the directory, or None when metrics stay in-process (one worker, no directory).
+    """
     chosen = metrics_dir or (
         Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]) if os.environ.get("PROMETHEUS_MULTIPROC_DIR") else None
     )

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
 
-import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

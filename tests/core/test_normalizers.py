@@ -1,5 +1,6 @@
 """Tests of service.core.normalizers against semantics.md ("Normalizers", "Gradients",
-"Reference numbers") and the masking contract (-inf in, exact 0 out, no NaN)."""
+"Reference numbers") and the masking contract (-inf in, exact 0 out, no NaN).
+"""
 
 from __future__ import annotations
 
@@ -429,10 +430,7 @@ def test_out_for_every_normalizer(name: str) -> None:
 def _check_simplex(p: np.ndarray, z: np.ndarray, label: str, tol: float) -> None:
     assert np.all(p >= 0) and np.all(np.isfinite(p))
     assert np.all(p[z == -np.inf] == 0)
-    if label == "relu":
-        has_mass = bool((z > 0).any())
-    else:
-        has_mass = with_a_finite(z)
+    has_mass = bool((z > 0).any()) if label == "relu" else with_a_finite(z)
     if has_mass:
         assert abs(float(p.sum()) - 1.0) <= tol
     else:

@@ -39,7 +39,7 @@ class LiveServer:
 
     @property
     def url(self) -> str:
-        """``http://host:port``"""
+        """The base URL, ``http://host:port``."""
         return f"http://{self.host}:{self.port}"
 
     @property

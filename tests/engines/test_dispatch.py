@@ -186,7 +186,8 @@ def test_real_auto_uses_numpy_for_float16(dispatcher: EngineDispatcher) -> None:
     assert choice.name == "numpy" and choice.provider == "CPU/numpy"
     assert (
         choice.reason
-        == "auto: onnx cannot run this request (precision float16 has no ONNX graph (float32 and float64 only)); using numpy"
+        == "auto: onnx cannot run this request (precision float16 has no ONNX graph (float32 and float64 only)); "
+        "using numpy"
     )
     with pytest.raises(EngineUnavailable, match="float16"):
         dispatcher.select(t, "onnx")

@@ -272,6 +272,6 @@ def test_concurrent_requests_share_sessions(engine: OnnxEngine) -> None:
     want = [NumpyEngine().run(t) for t in tasks]
     with ThreadPoolExecutor(max_workers=4) as pool:
         got = list(pool.map(engine.run, tasks))
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g.output, w.output, atol=1e-5, rtol=1e-5)
         np.testing.assert_allclose(g.weights, w.weights, atol=1e-5, rtol=1e-5)

@@ -170,7 +170,8 @@ def test_parity_every_normalizer_mask_and_causal_alignment(onnx_engine: OnnxEngi
 @pytest.mark.parametrize("causal", CAUSAL)
 def test_parity_softmax_every_shape_and_output_set(onnx_engine: OnnxEngine, shape, causal, dtype) -> None:
     """Output only (the fused graph; without mask inputs when nothing masks), with weights (fused,
-    weights out) and with scores (primitive)."""
+    weights out) and with scores (primitive).
+    """
     rng = np.random.default_rng(7)
     for need_weights, need_scores, graph in [
         (False, False, "softmax_fused_nomask_" if causal is None else "softmax_fused_f"),

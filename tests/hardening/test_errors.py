@@ -1,5 +1,6 @@
 """One error model: problem+json on every non-/v2 path (middleware answers included), the protocol's
-``{"error": ...}`` under /v2, and a logged 500 with no internals for a bug."""
+``{"error": ...}`` under /v2, and a logged 500 with no internals for a bug.
+"""
 
 from __future__ import annotations
 

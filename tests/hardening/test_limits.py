@@ -15,7 +15,6 @@ from service.middleware.limits import AdmissionGate, Overloaded
 from tests.api.conftest import assert_problem
 from tests.hardening.conftest import ATTENTION, SOFTMAX, BlockingEngine, client_for, metric_value, settings
 
-
 # -- body size ---------------------------------------------------------------------------------------------------
 
 
@@ -141,7 +140,8 @@ def test_response_budget_is_413() -> None:
 
 def test_deadline_answers_504_while_the_work_goes_on_and_keeps_its_slot() -> None:
     """Driven at the ASGI level: TestClient returns only once the app has returned, while a server
-    sends the 504 the moment the app does (test_shutdown.py checks that on a live server)."""
+    sends the 504 the moment the app does (test_shutdown.py checks that on a live server).
+    """
     engine = BlockingEngine()
     app = create_app(
         settings(
@@ -251,15 +251,14 @@ def test_a_queued_request_gets_503_after_the_queue_timeout() -> None:
 
 def test_backpressure_on_v2_keeps_the_protocol_error_body() -> None:
     engine = BlockingEngine()
-    with client_for(engine, max_concurrent_requests=1, max_queued_requests=0) as c:
-        with ThreadPoolExecutor(1) as pool:
-            first = pool.submit(c.post, "/v1/attention", json=ATTENTION)
-            assert engine.started.acquire(timeout=5)
-            r = c.get("/v2/models/attention")
-            assert r.status_code == 503 and set(r.json()) == {"error"} and r.headers["retry-after"] == "1"
-            assert c.get("/v2/health/live").status_code != 503  # an exempt probe is never refused for load
-            engine.release.set()
-            assert first.result(10).status_code == 200
+    with client_for(engine, max_concurrent_requests=1, max_queued_requests=0) as c, ThreadPoolExecutor(1) as pool:
+        first = pool.submit(c.post, "/v1/attention", json=ATTENTION)
+        assert engine.started.acquire(timeout=5)
+        r = c.get("/v2/models/attention")
+        assert r.status_code == 503 and set(r.json()) == {"error"} and r.headers["retry-after"] == "1"
+        assert c.get("/v2/health/live").status_code != 503  # an exempt probe is never refused for load
+        engine.release.set()
+        assert first.result(10).status_code == 200
 
 
 def test_admission_gate_hands_slots_over_in_order_and_survives_cancellation() -> None:

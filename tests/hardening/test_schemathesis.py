@@ -38,5 +38,6 @@ def test_api_conforms_to_its_schema(case: schemathesis.Case) -> None:
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_with_keys_conforms_and_refuses_requests_without_one(case: schemathesis.Case) -> None:
     """With ATTN_API_KEYS the schema declares the security schemes; ``ignored_auth`` checks that a request
-    without the key is refused with 401 on every protected operation."""
+    without the key is refused with 401 on every protected operation.
+    """
     case.call_and_validate(headers={"X-API-Key": KEY}, excluded_checks=[positive_data_acceptance])

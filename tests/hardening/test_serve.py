@@ -1,5 +1,6 @@
 """``python -m service serve`` live: graceful shutdown on SIGTERM, 504 on the wire, no version banner,
-refusal to start on unsafe settings, and metrics merged across worker processes."""
+refusal to start on unsafe settings, and metrics merged across worker processes.
+"""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ class LiveServer:
         self.log_path = tmp_path / f"server-{self.port}.log"
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTN_", "PROMETHEUS_"))}
         full_env.update({"ATTN_ENABLE_ONNX": "false", "ATTN_PORT": str(self.port), **env})
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 -- open for the server's life; stop() closes it
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service", "serve"],
             cwd=ROOT,
