@@ -247,7 +247,8 @@ def test_dockerfile_env_values_validate(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_dockerfile_models_ship_in_the_package() -> None:
     """The graphs are package data (setup.py maps models/ to service/models): the build stage copies
-    what setup.py needs before ``pip install .``, and nothing points ATTN_MODELS_DIR elsewhere."""
+    what setup.py needs before ``pip install .``, and nothing points ATTN_MODELS_DIR elsewhere.
+    """
     (build, *_) = stages()
     copied = [w.rstrip("/") for instruction, args in build if instruction == "COPY" for w in args.split()[:-1]]
     assert {"setup.py", "MANIFEST.in", "models", "service"} <= set(copied), copied
