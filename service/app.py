@@ -15,9 +15,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service import __version__
-from service.api import operations, v1, v2
+from service.api import gradients, operations, v1, v2
 from service.api.docs import install_openapi
 from service.api.errors import install_error_handlers
+from service.api.gradient_schemas import AttentionBackwardRequest
 from service.api.schemas import AttentionRequest, SoftmaxRequest
 from service.api.wire import GZipIfAccepted
 from service.engines.base import Engine
@@ -82,9 +83,10 @@ def create_app(settings: Settings | None = None, *, engines: Mapping[str, Engine
     install_error_handlers(app)
     app.include_router(operations.router)
     app.include_router(v1.router)
+    app.include_router(gradients.router)
     app.include_router(v2.router)
     if settings.gzip_level > 0:  # large answers compressed for clients that accept gzip
         app.add_middleware(GZipIfAccepted, minimum_size=settings.gzip_min_bytes, compresslevel=settings.gzip_level)
-    install_openapi(app, [AttentionRequest, SoftmaxRequest])
+    install_openapi(app, [AttentionRequest, SoftmaxRequest, AttentionBackwardRequest])
     install_hardening(app, settings)  # last: middleware, /metrics and the error responses in the schema
     return app

@@ -90,6 +90,7 @@ class Settings(BaseSettings):
     diag_collapsed_row_fraction: float = Field(_DIAG.collapsed_row_fraction, ge=0, le=1)
     diag_uniform_normalized_entropy: float = Field(_DIAG.uniform_normalized_entropy, gt=0, le=1)
     diag_saturation_margin: float = Field(_DIAG.saturation_margin, gt=0, lt=1)
+    diag_vanishing_threshold: float = Field(1e-3, ge=0)
 
     # HTTP hardening (service/middleware; README "Production")
     max_body_bytes: int = Field(

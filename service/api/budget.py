@@ -57,13 +57,62 @@ def attention_estimate(
     flops = 2.0 * scores * (dims.E + dims.Ev) + scores * normalizer_flops_per_score(normalizer, dims.S)
     if "diagnostics" in returned:
         flops += 12.0 * scores
+    if "gradient_health" in returned:
+        flops += GRADIENT_HEALTH_FLOPS_PER_SCORE * scores
     per_number = bytes_per_number(precision, encoding)
     numbers = 0
     if "output" in returned:
         numbers += dims.B * dims.Hq * dims.L * dims.Ev
     numbers += scores * (("weights" in returned) + ("scores" in returned))
     rows = dims.B * dims.Hq * dims.L
-    response = int(numbers * per_number + ("diagnostics" in returned) * rows * 8 * 25 + 4096)
+    heads = dims.B * dims.Hq
+    response = int(
+        numbers * per_number
+        + ("diagnostics" in returned) * rows * 8 * 25
+        + ("gradient_health" in returned) * heads * HEALTH_BYTES_PER_HEAD
+        + 4096
+    )
+    return flops, response
+
+
+# Jacobian norms: a power for entmax, three row sums, a square root per row.
+GRADIENT_HEALTH_FLOPS_PER_SCORE = 8.0
+# One {"batch", "head", "mean_jacobian_norm", "vanishing_fraction", "rows"} object.
+HEALTH_BYTES_PER_HEAD = 120
+
+
+def backward_estimate(
+    dims: Dims, normalizer: str, returned: Collection[str], precision: str, encoding: str
+) -> tuple[float, int]:
+    """(flops, response bytes) of one backward request.
+
+    The backward pass recomputes the scores and weights (``Q K^T``), then runs
+    four more products of the same size: ``dV = A^T dO``, ``dA = dO V^T``,
+    ``dQ = dS K``, ``dK = dS^T Q`` (and ``A V`` when the output is asked for),
+    plus the normalizer's forward and backward: about three times the forward's
+    products. A float mask's gradient is counted at its largest possible size,
+    one number per score.
+    """
+    scores = dims.B * dims.Hq * dims.L * dims.S
+    products = 3 * dims.E + 2 * dims.Ev + ("output" in returned) * dims.Ev
+    flops = 2.0 * scores * products + scores * (2 * normalizer_flops_per_score(normalizer, dims.S) + 6)
+    if "gradient_health" in returned:
+        flops += GRADIENT_HEALTH_FLOPS_PER_SCORE * scores
+    sizes = {
+        "grad_query": dims.B * dims.Hq * dims.L * dims.E,
+        "grad_key": dims.B * dims.Hkv * dims.S * dims.E,
+        "grad_value": dims.B * dims.Hkv * dims.S * dims.Ev,
+        "grad_mask": scores,
+        "output": dims.B * dims.Hq * dims.L * dims.Ev,
+        "weights": scores,
+    }
+    numbers = sum(n for name, n in sizes.items() if name in returned)
+    heads = dims.B * dims.Hq
+    response = int(
+        numbers * bytes_per_number(precision, encoding)
+        + ("gradient_health" in returned) * heads * HEALTH_BYTES_PER_HEAD
+        + 4096
+    )
     return flops, response
 
 

@@ -72,7 +72,7 @@ TensorField = Annotated[Any, WithJsonSchema(TENSOR_JSON_SCHEMA)]
 OutTensor = Annotated[Any, WithJsonSchema(OUT_TENSOR_JSON_SCHEMA)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NormalizerName = Literal["softmax", "sparsemax", "entmax15", "entmax", "relu"]
-ReturnName = Literal["output", "weights", "scores", "diagnostics"]
+ReturnName = Literal["output", "weights", "scores", "diagnostics", "gradient_health"]
 
 
 class _Strict(BaseModel):
@@ -109,7 +109,7 @@ class AttentionRequest(_Strict):
     engine: Literal["auto", "numpy", "onnx"] = "auto"
     precision: Literal["float32", "float64"] = "float32"
     return_: list[ReturnName] = Field(
-        default_factory=lambda: ["output", "weights", "diagnostics"], alias="return", max_length=4
+        default_factory=lambda: ["output", "weights", "diagnostics"], alias="return", max_length=5
     )
     encoding: Literal["json", "base64"] = "json"
 
@@ -161,6 +161,23 @@ class HeadDiagnostics(BaseModel):
     collapsed_fraction: float
 
 
+class HeadGradientHealth(BaseModel):
+    """Per (batch, query head), over its rows with at least two valid keys."""
+
+    batch: int
+    head: int
+    mean_jacobian_norm: float = Field(description="Mean Frobenius norm of the normalizer's Jacobian dA/dZ.")
+    vanishing_fraction: float = Field(description="Fraction of rows whose Jacobian norm is below the threshold.")
+    rows: int = Field(description="Rows counted (at least two valid keys).")
+
+
+class GradientHealthReport(BaseModel):
+    """Gradient health (semantics.md): how much gradient the normalizer lets through, per head."""
+
+    threshold: float = Field(description="A row's gradient vanishes when its Jacobian norm is below this.")
+    heads: list[HeadGradientHealth]
+
+
 class ScoreStats(BaseModel):
     min: float
     max: float
@@ -196,6 +213,7 @@ class AttentionResponse(BaseModel):
     weights: OutTensor | None = None
     scores: OutTensor | None = None
     diagnostics: AttentionDiagnostics | None = None
+    gradient_health: GradientHealthReport | None = None
     engine: EngineInfo
     timing_ms: dict[str, float]
 

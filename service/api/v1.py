@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
@@ -14,10 +15,11 @@ from service.api import budget, codecs
 from service.api.errors import ProblemError, pydantic_errors, summarize
 from service.api.schemas import AttentionRequest, AttentionResponse, Problem, SoftmaxRequest, SoftmaxResponse
 from service.api.wire import json_response, parse_json_object, read_body, run_cpu
-from service.core.attention import check_dims, check_params
+from service.core.attention import Dims, check_dims, check_params
+from service.core.backward import gradient_health, jacobian_norms
 from service.core.diagnostics import attention_diagnostics, probability_diagnostics
 from service.core.probabilities import normalize_logits
-from service.core.types import AttentionInputs, AttentionParams, AttentionTask
+from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask
 from service.engines.dispatch import EngineNotReady, EngineUnavailable
 from service.runtime import Runtime
 
@@ -106,8 +108,14 @@ def _json_body(schema: str) -> dict[str, Any]:
     }
 
 
-def build_attention_task(req: AttentionRequest, runtime: Runtime) -> AttentionTask:
-    """Decode and check a request's tensors, enforce the budget, and build the engine task."""
+Estimate = Callable[[Dims, str, Collection[str], str, str], tuple[float, int]]
+
+
+def build_attention_task(
+    req: AttentionRequest, runtime: Runtime, estimate: Estimate = budget.attention_estimate
+) -> AttentionTask:
+    """Decode and check a request's tensors, enforce the budget (``estimate``: (flops, response bytes)),
+    and build the engine task."""
     limits = _limits(runtime)
     dtype = np.dtype(req.precision)
     query = decode_tensor(req.query, "query", limits=limits)
@@ -125,7 +133,7 @@ def build_attention_task(req: AttentionRequest, runtime: Runtime) -> AttentionTa
     _check_alpha(req.normalizer, req.alpha)
     check_params(params)
     returned = set(req.return_)
-    flops, size = budget.attention_estimate(dims, req.normalizer, returned, req.precision, req.encoding)
+    flops, size = estimate(dims, req.normalizer, returned, req.precision, req.encoding)
     budget.enforce(_budget(runtime), flops, size)
     query = codecs.cast_checked(query, dtype, "query")
     key = codecs.cast_checked(key, dtype, "key")
@@ -138,13 +146,27 @@ def build_attention_task(req: AttentionRequest, runtime: Runtime) -> AttentionTa
         inputs=AttentionInputs(query=query, key=key, value=value, mask=mask, key_lengths=key_lengths),
         params=params,
         dtype=dtype,
-        need_weights="weights" in returned or "diagnostics" in returned,
-        need_scores="scores" in returned or "diagnostics" in returned,
+        need_weights=bool({"weights", "diagnostics", "gradient_health"} & returned),
+        # relu's Jacobian depends on the scores, not on the weights alone
+        need_scores="scores" in returned
+        or "diagnostics" in returned
+        or ("gradient_health" in returned and req.normalizer == "relu"),
     )
 
 
 def _row_shape(task: AttentionTask) -> tuple[int, ...]:
     return task.inputs.query.shape[:-1]
+
+
+def gradient_health_report(task: AttentionTask, result: AttentionResult, threshold: float) -> dict[str, Any]:
+    """``{"threshold", "heads": [...]}``: per head, the mean Jacobian norm of the normalizer and the vanishing fraction."""
+    assert result.weights is not None
+    B, Hq, L = result.valid_keys.shape
+    weights = result.weights.reshape(B, Hq, L, -1)
+    scores = None if result.scores is None else result.scores.reshape(B, Hq, L, -1)
+    norms = jacobian_norms(task.params.normalizer, weights, z=scores, alpha=task.params.alpha)
+    health = gradient_health(norms, result.valid_keys, threshold)
+    return {"threshold": threshold, "heads": health.heads()}
 
 
 def _compute_attention(runtime: Runtime, req: AttentionRequest) -> dict[str, Any]:
@@ -184,6 +206,8 @@ def _compute_attention(runtime: Runtime, req: AttentionRequest) -> dict[str, Any
             if k in diag and isinstance(diag[k], np.ndarray):
                 diag[k] = np.ascontiguousarray(diag[k].reshape(rows))
         body["diagnostics"] = diag
+    if "gradient_health" in returned:
+        body["gradient_health"] = gradient_health_report(task, result, runtime.settings.diag_vanishing_threshold)
     t4 = time.perf_counter()
     body["engine"] = {"name": choice.name, "provider": choice.provider, "reason": choice.reason}
     body["timing_ms"] = _timing(start=t0, decode=t1, compute=t2, encode=t3, diagnostics=t4)

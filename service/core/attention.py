@@ -407,41 +407,16 @@ class AttentionGradients:
 
 
 def attention_backward(task: AttentionTask, grad_output: np.ndarray) -> AttentionGradients:
-    """Backward pass of :func:`run_attention` (semantics.md, "Gradients").
+    """Gradients of ``sum(output * grad_output)`` with respect to query, key and value (semantics.md, "Gradients").
 
     ``dV = A^T dO``, ``dA = dO V^T``, ``dZ = backward(dA)``, and with ``dS = dZ/T``:
     ``dQ = scale * dS K``, ``dK = scale * dS^T Q``. Query heads sharing a
-    key/value head add their contributions to it. The mask is not differentiated.
+    key/value head add their contributions to it. The whole backward pass (mask,
+    scale and temperature gradients, gradient health) is
+    :func:`service.core.backward.run_backward`.
     """
-    params = task.params
-    p = _prepare(task.inputs, params, task.dtype)
-    d = p.dims
-    G = d.group
-    go = np.asarray(grad_output)
-    expected = task.inputs.query.shape[:-1] + (d.Ev,)
-    if go.shape != expected:
-        raise InvalidInput(
-            f"grad_output has shape {go.shape}, expected the output's shape {expected}", ("grad_output",)
-        )
-    go4 = _as_compute(promote_to_4d(go), p.q.dtype)
-    dq = np.empty_like(p.q)
-    dk = np.zeros_like(p.k)
-    dv = np.zeros_like(p.v)
-    scale = params.scale if params.scale is not None else 1.0 / math.sqrt(d.E)
-    z = np.empty((1, G * d.L, d.S), dtype=p.q.dtype)
-    for b in range(d.B):
-        for kv in range(d.Hkv):
-            heads = slice(kv * G, (kv + 1) * G)
-            with np.errstate(over="ignore", invalid="ignore"):
-                _chunk_scores(p, _Chunk(b, slice(kv, kv + 1), slice(0, G), slice(0, d.L)), z)
-            z2 = z[0]
-            a = normalizers.normalize(z2, params.normalizer, alpha=params.alpha)
-            dob = go4[b, heads].reshape(G * d.L, d.Ev)
-            dv[b, kv] = a.T @ dob
-            da = dob @ p.v[b, kv].T
-            dz = normalizers.normalize_backward(params.normalizer, a, da, alpha=params.alpha, z=z2)
-            ds = dz * (scale / params.temperature)
-            dq[b, heads] = (ds @ p.k[b, kv]).reshape(G, d.L, d.E)
-            dk[b, kv] = ds.T @ p.q[b, heads].reshape(G * d.L, d.E)
-    shapes = (task.inputs.query.shape, task.inputs.key.shape, task.inputs.value.shape)
-    return AttentionGradients(dq.reshape(shapes[0]), dk.reshape(shapes[1]), dv.reshape(shapes[2]))
+    from service.core.backward import BackwardTask, run_backward  # backward builds on this module
+
+    r = run_backward(BackwardTask(task, grad_output))
+    assert r.grad_query is not None and r.grad_key is not None and r.grad_value is not None
+    return AttentionGradients(r.grad_query, r.grad_key, r.grad_value)

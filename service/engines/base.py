@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from service.core.backward import BackwardResult, BackwardTask
 from service.core.types import AttentionResult, AttentionTask
 
 
@@ -40,3 +41,17 @@ class Engine(Protocol):
     def run(self, task: AttentionTask) -> AttentionResult: ...
 
     def describe(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class BackwardEngine(Protocol):
+    """An optional capability of an :class:`Engine`: the backward pass (``POST /v1/attention/backward``).
+
+    ``backward_unsupported_reason`` works like ``unsupported_reason``; the
+    dispatcher treats engines without these two methods as unable to run any
+    backward task. ``run_backward`` must honour semantics.md's "Gradients".
+    """
+
+    def backward_unsupported_reason(self, task: BackwardTask) -> str | None: ...
+
+    def run_backward(self, task: BackwardTask) -> BackwardResult: ...

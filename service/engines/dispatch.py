@@ -7,17 +7,24 @@ the first engine that is ready and supports the task; the reason says why, e.g.
 using numpy``. A named engine either runs the task or says why not:
 :class:`EngineUnavailable` (HTTP 422: the engine cannot serve this request, or
 is not enabled) or :class:`EngineNotReady` (HTTP 503: try again later).
+
+The backward pass (:class:`~service.core.backward.BackwardTask`) is dispatched
+the same way, in the same order, among the engines that implement the optional
+:class:`~service.engines.base.BackwardEngine` capability; the others are
+skipped with the reason "no backward pass".
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import cast
 
+from service.core.backward import BackwardResult, BackwardTask
 from service.core.errors import InvalidInput, NumericalError
 from service.core.types import AttentionResult, AttentionTask
-from service.engines.base import Engine, EngineChoice
+from service.engines.base import BackwardEngine, Engine, EngineChoice
 
 logger = logging.getLogger("service.engines.dispatch")
 
@@ -41,11 +48,27 @@ def _not_ready_reason(engine: Engine) -> str:
     return reason if isinstance(reason, str) and reason else f"engine {engine.name!r} is not ready"
 
 
-def _what_runs(engine: Engine, task: AttentionTask) -> str:
+def _what_runs(engine: Engine, task: AttentionTask | BackwardTask) -> str:
     """``onnx graph softmax_fused_f32`` for engines that name their graphs, else the engine name."""
-    graph_for = getattr(engine, "graph_for", None)
+    graph_for = getattr(engine, "backward_graph_for" if isinstance(task, BackwardTask) else "graph_for", None)
     graph = graph_for(task) if callable(graph_for) else None
     return f"{engine.name} graph {graph}" if graph else engine.name
+
+
+def _unsupported(engine: Engine, task: AttentionTask | BackwardTask) -> str | None:
+    """Why ``engine`` cannot run ``task`` (forward or backward), or None."""
+    if isinstance(task, BackwardTask):
+        if not isinstance(engine, BackwardEngine):
+            return "it has no backward pass"
+        return engine.backward_unsupported_reason(task)
+    return engine.unsupported_reason(task)
+
+
+def _runner(engine: Engine, task: AttentionTask | BackwardTask) -> Callable[[], AttentionResult | BackwardResult]:
+    if isinstance(task, BackwardTask):
+        assert isinstance(engine, BackwardEngine)
+        return lambda: engine.run_backward(task)
+    return lambda: engine.run(task)
 
 
 class EngineDispatcher:
@@ -66,16 +89,17 @@ class EngineDispatcher:
         self.order = [name for name in preferred_auto_order if name in self.engines]
         self.small_task_scores = small_task_scores
 
-    def _auto_order(self, task: AttentionTask) -> tuple[list[str], str]:
+    def _auto_order(self, task: AttentionTask | BackwardTask) -> tuple[list[str], str]:
         """The order ``auto`` tries for this task, and why, when it differs from the default."""
-        q, k = task.inputs.query.shape, task.inputs.key.shape
+        forward = task.task if isinstance(task, BackwardTask) else task
+        q, k = forward.inputs.query.shape, forward.inputs.key.shape
         scores = math.prod(q[:-1]) * (k[-2] if len(k) >= 2 else 1)
         if scores <= self.small_task_scores and "numpy" in self.order and self.order[0] != "numpy":
             small = f"small request ({scores} scores): numpy has the lower per-call overhead"
             return ["numpy"] + [n for n in self.order if n != "numpy"], small
         return self.order, ""
 
-    def select(self, task: AttentionTask, requested: str) -> tuple[Engine, EngineChoice]:
+    def select(self, task: AttentionTask | BackwardTask, requested: str) -> tuple[Engine, EngineChoice]:
         """The engine to run ``task`` and the :class:`EngineChoice` to report.
 
         Raises :class:`EngineUnavailable` or :class:`EngineNotReady` as described
@@ -90,7 +114,7 @@ class EngineDispatcher:
             if not engine.ready:
                 skipped.append(f"{name} is not ready ({_not_ready_reason(engine)})")
                 continue
-            reason = engine.unsupported_reason(task)
+            reason = _unsupported(engine, task)
             if reason:
                 skipped.append(f"{name} cannot run this request ({reason})")
                 continue
@@ -105,19 +129,31 @@ class EngineDispatcher:
             "no engine can run this request: " + "; ".join(skipped or ["no engines are configured"])
         )
 
-    def _select_named(self, task: AttentionTask, requested: str) -> tuple[Engine, EngineChoice]:
+    def _select_named(self, task: AttentionTask | BackwardTask, requested: str) -> tuple[Engine, EngineChoice]:
         engine = self.engines.get(requested)
         if engine is None:
             enabled = ", ".join(sorted(self.engines)) or "none"
             raise EngineUnavailable(f"engine {requested!r} is not enabled on this server (enabled: {enabled})")
         if not engine.ready:
             raise EngineNotReady(_not_ready_reason(engine))
-        reason = engine.unsupported_reason(task)
+        reason = _unsupported(engine, task)
         if reason:
             raise EngineUnavailable(f"engine {requested!r} cannot run this request: {reason}")
         return engine, EngineChoice(engine.name, engine.provider, f"requested: {_what_runs(engine, task)}")
 
     def run(self, task: AttentionTask, requested: str) -> tuple[AttentionResult, EngineChoice]:
+        """Select an engine and run the forward ``task`` on it (see :meth:`_run`)."""
+        result, choice = self._run(task, requested)
+        return cast(AttentionResult, result), choice
+
+    def run_backward(self, task: BackwardTask, requested: str) -> tuple[BackwardResult, EngineChoice]:
+        """Select an engine with a backward pass and run ``task`` on it (see :meth:`_run`)."""
+        result, choice = self._run(task, requested)
+        return cast(BackwardResult, result), choice
+
+    def _run(
+        self, task: AttentionTask | BackwardTask, requested: str
+    ) -> tuple[AttentionResult | BackwardResult, EngineChoice]:
         """Select an engine and run ``task`` on it.
 
         Contract errors (:class:`InvalidInput`, :class:`NumericalError`) propagate
@@ -129,7 +165,7 @@ class EngineDispatcher:
         """
         engine, choice = self.select(task, requested)
         try:
-            return engine.run(task), choice
+            return _runner(engine, task)(), choice
         except (InvalidInput, NumericalError):
             raise
         except Exception as exc:
@@ -140,8 +176,8 @@ class EngineDispatcher:
             position = next(i for i, name in enumerate(self.order) if self.engines[name] is engine)
             for name in self.order[position + 1 :]:
                 fallback = self.engines[name]
-                if fallback.ready and not fallback.unsupported_reason(task):
-                    return fallback.run(task), EngineChoice(
+                if fallback.ready and not _unsupported(fallback, task):
+                    return _runner(fallback, task)(), EngineChoice(
                         fallback.name, fallback.provider, f"{choice.reason}; but {failure}; using {name}"
                     )
             raise

@@ -10,6 +10,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from service.core.attention import run_attention
+from service.core.backward import BackwardResult, BackwardTask, run_backward
 from service.core.types import AttentionResult, AttentionTask
 
 
@@ -69,6 +70,13 @@ class NumpyEngine:
     def run(self, task: AttentionTask) -> AttentionResult:
         return run_attention(task, executor=self._executor, workers=self.threads if self._executor else 1)
 
+    def backward_unsupported_reason(self, task: BackwardTask) -> str | None:
+        return None
+
+    def run_backward(self, task: BackwardTask) -> BackwardResult:
+        """The backward pass (:func:`service.core.backward.run_backward`) on the same worker pool."""
+        return run_backward(task, executor=self._executor, workers=self.threads if self._executor else 1)
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -76,5 +84,5 @@ class NumpyEngine:
             "ready": True,
             "numpy_version": np.__version__,
             "threads": self.threads if self._executor else 1,
-            "supports": "every normalizer, mask, causal alignment, float32 and float64",
+            "supports": "every normalizer, mask, causal alignment, float32 and float64; forward and backward",
         }
