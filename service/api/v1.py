@@ -114,8 +114,10 @@ Estimate = Callable[[Dims, str, Collection[str], str, str], tuple[float, int]]
 def build_attention_task(
     req: AttentionRequest, runtime: Runtime, estimate: Estimate = budget.attention_estimate
 ) -> AttentionTask:
-    """Decode and check a request's tensors, enforce the budget (``estimate``: (flops, response bytes)),
-    and build the engine task."""
+    """Decode and check a request's tensors, enforce the budget, and build the engine task.
+
+    ``estimate`` gives the request's (flops, response bytes): the forward's by default.
+    """
     limits = _limits(runtime)
     dtype = np.dtype(req.precision)
     query = decode_tensor(req.query, "query", limits=limits)
@@ -159,7 +161,7 @@ def _row_shape(task: AttentionTask) -> tuple[int, ...]:
 
 
 def gradient_health_report(task: AttentionTask, result: AttentionResult, threshold: float) -> dict[str, Any]:
-    """``{"threshold", "heads": [...]}``: per head, the mean Jacobian norm of the normalizer and the vanishing fraction."""
+    """``{"threshold", "heads": [...]}``: per head, the normalizer's mean Jacobian norm and the vanishing fraction."""
     assert result.weights is not None
     B, Hq, L = result.valid_keys.shape
     weights = result.weights.reshape(B, Hq, L, -1)

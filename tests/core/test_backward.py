@@ -1,4 +1,4 @@
-"""The backward pass against central finite differences in float64, and the Jacobian norms against explicit Jacobians."""
+"""The backward pass against central finite differences in float64; Jacobian norms against explicit Jacobians."""
 
 from __future__ import annotations
 
