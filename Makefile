@@ -21,10 +21,11 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 serve: $(VENV)/.installed
 	$(BIN)/python -m service serve
 
-# Static checks (configured in pyproject.toml): lint, and formatting left as `ruff format` writes it.
+# Static checks (configured in pyproject.toml): lint, formatting left as `ruff format` writes it, strict types.
 check: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # Apply ruff's safe fixes and the formatter (then `make check` shows what is left to fix by hand).
 format: $(VENV)/.installed-test

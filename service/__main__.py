@@ -39,7 +39,8 @@ def _serve(settings: Settings) -> int:
         log_config=log_config(settings.log_level, settings.log_format),
         access_log=False,  # the service writes its own access line per request (service.access)
         server_header=False,
-        timeout_graceful_shutdown=settings.shutdown_grace_s,
+        # uvicorn annotates this int but hands it to asyncio.wait_for, which takes a float.
+        timeout_graceful_shutdown=settings.shutdown_grace_s,  # type: ignore[arg-type]
     )
     return 0
 

@@ -188,4 +188,5 @@ class AttentionClient:
 
     def ready(self) -> bool:
         """True when ``GET /readyz`` answers 200."""
-        return self._http.get("/readyz", headers=self._headers).status_code == 200
+        status: int = self._http.get("/readyz", headers=self._headers).status_code
+        return status == 200

@@ -15,7 +15,8 @@ router = APIRouter(tags=["operations"])
 
 
 def _runtime(request: Request) -> Runtime:
-    return request.app.state.runtime
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 @router.get("/healthz", summary="Liveness: the process answers")

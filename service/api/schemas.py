@@ -75,6 +75,10 @@ NormalizerName = Literal["softmax", "sparsemax", "entmax15", "entmax", "relu"]
 ReturnName = Literal["output", "weights", "scores", "diagnostics", "gradient_health"]
 
 
+def _default_return() -> list[ReturnName]:
+    return ["output", "weights", "diagnostics"]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -108,9 +112,7 @@ class AttentionRequest(_Strict):
     )
     engine: Literal["auto", "numpy", "onnx"] = "auto"
     precision: Literal["float32", "float64"] = "float32"
-    return_: list[ReturnName] = Field(
-        default_factory=lambda: ["output", "weights", "diagnostics"], alias="return", max_length=5
-    )
+    return_: list[ReturnName] = Field(default_factory=_default_return, alias="return", max_length=5)
     encoding: Literal["json", "base64"] = "json"
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)

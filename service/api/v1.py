@@ -38,7 +38,8 @@ router = APIRouter(prefix="/v1", tags=["attention"])
 
 
 def _runtime(request: Request) -> Runtime:
-    return request.app.state.runtime
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 def _validate(model: type[AttentionRequest] | type[SoftmaxRequest], obj: dict[str, Any]) -> Any:

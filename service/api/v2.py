@@ -21,7 +21,7 @@ Content-Encoding, 503 while the model is not ready (with ``Retry-After``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +77,7 @@ def _as_error(exc: ProblemError | InvalidInput | NumericalError | StarletteHTTPE
 class V2Route(APIRoute):
     """Answers every error of a /v2 route as ``{"error": message}``, never problem+json."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def route(request: Request) -> Response:
@@ -313,7 +313,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def _runtime(request: Request) -> Runtime:
-    return request.app.state.runtime
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 def _model(name: str, version: str | None) -> Model:

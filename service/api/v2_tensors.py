@@ -360,5 +360,6 @@ def encode_response(
     if not tail:
         return header, {}, "application/json"
     # One copy of each tensor, straight into the body (join reads the arrays' buffers).
-    body = b"".join([header, *tail])
+    # ndarray has the buffer protocol; numpy's stubs declare __buffer__ only for Python >= 3.12.
+    body = b"".join([header, *tail])  # type: ignore[list-item]
     return body, {"Inference-Header-Content-Length": str(len(header))}, "application/octet-stream"

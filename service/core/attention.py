@@ -64,10 +64,10 @@ def check_dims(query_shape: tuple[int, ...], key_shape: tuple[int, ...], value_s
     for name, shape in (("query", query_shape), ("key", key_shape), ("value", value_shape)):
         if not 2 <= len(shape) <= 4:
             raise InvalidInput(f"{name} must have rank 2 to 4, got rank {len(shape)} (shape {tuple(shape)})", (name,))
-        for axis, size in enumerate(shape):
+        for ax, size in enumerate(shape):
             if size < 1:
                 raise InvalidInput(
-                    f"{name} has a dimension of size {size} at axis {axis}; sizes must be >= 1", (name, "shape", axis)
+                    f"{name} has a dimension of size {size} at axis {ax}; sizes must be >= 1", (name, "shape", ax)
                 )
     if not (len(query_shape) == len(key_shape) == len(value_shape)):
         raise InvalidInput(
@@ -278,7 +278,7 @@ def _exp_shifted(z: np.ndarray) -> np.ndarray:
     m[np.isneginf(m)] = 0  # a fully masked row: exp(-inf - 0) = 0, not exp(-inf + inf) = NaN
     z -= m
     np.exp(z, out=z)
-    s = z.sum(axis=-1, keepdims=True)
+    s: np.ndarray = z.sum(axis=-1, keepdims=True)
     s[s == 0] = 1
     return s
 

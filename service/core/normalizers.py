@@ -72,7 +72,7 @@ def _as_float(z: np.ndarray) -> np.ndarray:
 
 def _row_max(z: np.ndarray, axis: int) -> np.ndarray:
     """Row max with keepdims; rows with no finite entry (max ``-inf``) get 0."""
-    m = np.max(z, axis=axis, keepdims=True)
+    m: np.ndarray = np.max(z, axis=axis, keepdims=True)
     m[m == -np.inf] = 0
     return m
 
@@ -145,7 +145,7 @@ def softmax(z: np.ndarray, axis: int = -1, *, out: np.ndarray | None = None) -> 
         if z.size == 0:
             return np.zeros_like(z)
         m = _row_max(z, axis)
-        res = np.subtract(z, m)
+        res: np.ndarray = np.subtract(z, m)
     else:
         if out.shape != z.shape:
             raise ValueError(f"out has shape {out.shape}, expected {z.shape}")
@@ -170,7 +170,7 @@ def log_softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
     z = _as_float(z)
     if z.size == 0:
         return np.zeros_like(z)
-    shifted = z - _row_max(z, axis)
+    shifted: np.ndarray = z - _row_max(z, axis)
     with np.errstate(under="ignore"):
         s = _safe_denominator(np.sum(np.exp(shifted), axis=axis, keepdims=True))
     shifted -= np.log(s)
@@ -319,7 +319,7 @@ def relu_normalize(z: np.ndarray, axis: int = -1) -> np.ndarray:
     z = _as_float(z)
     if z.size == 0:
         return np.zeros_like(z)
-    r = np.maximum(z, 0)
+    r: np.ndarray = np.maximum(z, 0)
     with np.errstate(under="ignore"):
         r /= _safe_denominator(np.max(r, axis=axis, keepdims=True))
         r /= _safe_denominator(np.sum(r, axis=axis, keepdims=True))
@@ -342,7 +342,8 @@ def softmax_backward(p: np.ndarray, g: np.ndarray, axis: int = -1) -> np.ndarray
     """Softmax VJP: ``dz = p * (g - sum(p * g))``, with p the softmax output."""
     p, g = _float_pair(p, g)
     pg = p * np.where(p > 0, g, 0)
-    return pg - p * np.sum(pg, axis=axis, keepdims=True)
+    grad: np.ndarray = pg - p * np.sum(pg, axis=axis, keepdims=True)
+    return grad
 
 
 def sparsemax_backward(p: np.ndarray, g: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -369,7 +370,8 @@ def entmax_backward(p: np.ndarray, g: np.ndarray, alpha: float, axis: int = -1) 
     np.power(p, 2.0 - alpha, out=w, where=support)
     wg = w * np.where(support, g, 0)
     sw = _safe_denominator(np.sum(w, axis=axis, keepdims=True))
-    return wg - (np.sum(wg, axis=axis, keepdims=True) / sw) * w
+    grad: np.ndarray = wg - (np.sum(wg, axis=axis, keepdims=True) / sw) * w
+    return grad
 
 
 def relu_backward(z: np.ndarray, g: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -306,7 +306,8 @@ class OnnxEngine:
                 and outputs <= set(s["outputs"])
                 and (s["masking"] or not masked)
             ):
-                return g["name"]
+                name: str = g["name"]
+                return name
         return None
 
     def unsupported_reason(self, task: AttentionTask) -> str | None:
@@ -479,7 +480,8 @@ def _ort_version() -> str | None:
         import onnxruntime as ort
     except ImportError:
         return None
-    return ort.__version__
+    version: str = ort.__version__
+    return version
 
 
 def _available_providers() -> list[str]:

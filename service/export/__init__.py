@@ -25,7 +25,7 @@ from service.models_location import MANIFEST_NAME, default_export_dir
 DEFAULT_MODELS_DIR = default_export_dir()
 MANIFEST_FORMAT = 1
 
-_DTYPE_NAMES = {
+_DTYPE_NAMES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "float32",
     onnx.TensorProto.DOUBLE: "float64",
     onnx.TensorProto.BOOL: "bool",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any, Literal, overload
 
 import numpy as np
 import onnx
@@ -80,6 +81,18 @@ class GraphBuilder:
             self.dtype, self.np_dtype, self.onnx_dtype = saved
 
     # ------------------------------------------------------------------- nodes
+    @overload
+    def op(
+        self, op_type: str, *inputs: str, out: str | None = None, n_out: Literal[1] = 1, domain: str = "", **attrs: Any
+    ) -> str: ...
+    @overload
+    def op(
+        self, op_type: str, *inputs: str, out: Sequence[str], n_out: int = 1, domain: str = "", **attrs: Any
+    ) -> list[str]: ...
+    @overload
+    def op(
+        self, op_type: str, *inputs: str, out: None = None, n_out: int, domain: str = "", **attrs: Any
+    ) -> list[str]: ...
     def op(
         self,
         op_type: str,
@@ -87,7 +100,7 @@ class GraphBuilder:
         out: str | Sequence[str] | None = None,
         n_out: int = 1,
         domain: str = "",
-        **attrs: object,
+        **attrs: Any,  # ONNX attribute values (numbers, strings, tensors, graphs, lists): helper.make_attribute's job
     ) -> str | list[str]:
         """Append a node; returns its single output name, or the list when ``n_out > 1`` or ``out`` is a list."""
         self._count += 1
@@ -130,4 +143,5 @@ class GraphBuilder:
 
 def serialize(model: onnx.ModelProto) -> bytes:
     """The model's bytes, with deterministic protobuf serialization."""
-    return model.SerializeToString(deterministic=True)
+    data: bytes = model.SerializeToString(deterministic=True)
+    return data

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -72,7 +73,7 @@ KEEP_SHAPE = ["mask_batch", "mask_heads", "q_len", "kv_len"]
 BIAS_SHAPE = ["bias_batch", "bias_heads", "bias_q_len", "bias_kv_len"]
 OUT_SHAPE = ["batch", "q_heads", "q_len", "v_head_dim"]
 ROW_SHAPE = ["batch", "q_heads", "q_len", "kv_len"]
-ROW_STAT_SHAPE = ["batch", "q_heads", "q_len", 1]
+ROW_STAT_SHAPE: list[str | int] = ["batch", "q_heads", "q_len", 1]
 
 
 @dataclass(frozen=True)
@@ -238,7 +239,7 @@ def _build_fused(g: GraphBuilder, *, weights: bool, masked: bool = True) -> None
     else:
         operands = [_scaled_query(g, ins), ins.key, ins.value]
     outs = ["output", "", "", "weights"] if weights else "output"
-    extra = {"qk_matmul_output_mode": 3} if weights else {}
+    extra: dict[str, Any] = {"qk_matmul_output_mode": 3} if weights else {}
     g.op("Attention", *operands, out=outs, scale=1.0, **extra)
     g.output("output", OUT_SHAPE, "A V; fully masked rows zero per the operator's spec")
     if weights:
@@ -461,7 +462,7 @@ def _specs() -> list[GraphSpec]:
                     normalizer=normalizer,
                     fused=False,
                     outputs=("output", "weights", "scores"),
-                    build=lambda g, n=normalizer: _build_primitive(g, normalizer=n),
+                    build=partial(_build_primitive, normalizer=normalizer),
                     description=(
                         f"{normalizer} attention from primitive ONNX operators, {dtype}: output, weights and scores"
                         + (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from starlette.types import Receive, Scope, Send
 
 from service.api.errors import app_path, error_response
@@ -12,7 +14,8 @@ OPERATIONAL_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/v2/health/li
 
 def header(scope: Scope, name: bytes) -> str | None:
     """The first value of a request header (``name`` in lower case), decoded as latin-1."""
-    for key, value in scope.get("headers", ()):
+    headers: Iterable[tuple[bytes, bytes]] = scope.get("headers", ())
+    for key, value in headers:
         if key == name:
             return value.decode("latin-1")
     return None

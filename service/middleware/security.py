@@ -125,7 +125,7 @@ class CorsMiddleware(CORSMiddleware):
                 if response.status_code >= 400:
                     kept = {k: v for k, v in response.headers.items() if k not in ("content-length", "content-type")}
                     response = error_response(
-                        app_path(scope), response.status_code, response.body.decode(), headers=kept
+                        app_path(scope), response.status_code, bytes(response.body).decode(), headers=kept
                     )
                 await response(scope, receive, send)
                 return
