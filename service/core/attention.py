@@ -22,7 +22,7 @@ import numpy as np
 from service.core import normalizers
 from service.core.errors import InvalidInput, NumericalError
 from service.core.masks import combine_keep, split_mask, valid_key_counts
-from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask
+from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask, FloatArray
 
 COMPUTE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -401,9 +401,9 @@ def attention(
 class AttentionGradients:
     """Gradients of ``sum(output * grad_output)`` with respect to the inputs, in their shapes."""
 
-    grad_query: np.ndarray
-    grad_key: np.ndarray
-    grad_value: np.ndarray
+    grad_query: FloatArray
+    grad_key: FloatArray
+    grad_value: FloatArray
 
 
 def attention_backward(task: AttentionTask, grad_output: np.ndarray) -> AttentionGradients:

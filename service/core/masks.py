@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from service.core.errors import InvalidInput
-from service.core.types import Causal
+from service.core.types import BoolArray, Causal, FloatArray, IntArray
 
 
-def causal_keep(L: int, S: int, alignment: Causal) -> np.ndarray:
+def causal_keep(L: int, S: int, alignment: Causal) -> BoolArray:
     """Boolean ``(L, S)`` causal mask.
 
     ``top_left`` is PyTorch's ``is_causal=True`` (query i sees key j iff
@@ -28,7 +28,7 @@ def causal_keep(L: int, S: int, alignment: Causal) -> np.ndarray:
     return np.tri(L, S, k=offset, dtype=bool)
 
 
-def key_length_keep(key_lengths: np.ndarray, batch: int, S: int) -> np.ndarray:
+def key_length_keep(key_lengths: np.ndarray, batch: int, S: int) -> BoolArray:
     """Boolean ``(B, 1, 1, S)`` key padding mask: key j of batch b is valid iff ``j < key_lengths[b]``."""
     lengths = np.asarray(key_lengths)
     if lengths.ndim != 1 or lengths.shape[0] != batch:
@@ -67,7 +67,7 @@ def as_4d_mask(mask: np.ndarray, target: tuple[int, int, int, int]) -> np.ndarra
 
 def split_mask(
     mask: np.ndarray | None, target: tuple[int, int, int, int]
-) -> tuple[np.ndarray | None, np.ndarray | None]:
+) -> tuple[BoolArray | None, FloatArray | None]:
     """Split a user mask into (boolean keep, additive float bias), both rank 4 and broadcastable."""
     if mask is None:
         return None, None
@@ -90,7 +90,7 @@ def keep_mask(
     mask: np.ndarray | None = None,
     causal: Causal | None = None,
     key_lengths: np.ndarray | None = None,
-) -> np.ndarray | None:
+) -> BoolArray | None:
     """Combined boolean keep-mask, broadcastable to ``(B, Hq, L, S)``; None when nothing masks.
 
     A float ``mask`` contributes its ``-inf`` entries (positions it removes);
@@ -101,15 +101,15 @@ def keep_mask(
 
 
 def combine_keep(
-    keep: np.ndarray | None,
-    bias: np.ndarray | None,
+    keep: BoolArray | None,
+    bias: FloatArray | None,
     *,
     causal: Causal | None,
     key_lengths: np.ndarray | None,
     batch: int,
     L: int,
     S: int,
-) -> np.ndarray | None:
+) -> BoolArray | None:
     """AND together a boolean keep-mask, the ``-inf`` entries of a float bias, causal and key padding.
 
     Rank-4 broadcastable result; None when nothing masks.
@@ -130,7 +130,7 @@ def combine_keep(
     return combined
 
 
-def valid_key_counts(keep: np.ndarray | None, target: tuple[int, int, int, int]) -> np.ndarray:
+def valid_key_counts(keep: BoolArray | None, target: tuple[int, int, int, int]) -> IntArray:
     """Number of keys each query row may attend, shape ``(B, Hq, L)`` (int64)."""
     B, H, L, S = target
     if keep is None:

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
+from numpy.typing import NDArray
 
 Normalizer = Literal["softmax", "sparsemax", "entmax15", "entmax", "relu"]
 Causal = Literal["top_left", "bottom_right"]
 NORMALIZERS: tuple[str, ...] = ("softmax", "sparsemax", "entmax15", "entmax", "relu")
+
+# Array types where arrays cross module boundaries (wire codecs -> engines -> core maths -> responses).
+FloatArray = NDArray[np.floating[Any]]
+"""Tensors of numbers: float16, float32 or float64."""
+BoolArray = NDArray[np.bool_]
+IntArray = NDArray[np.integer[Any]]
+MaskArray = NDArray[np.bool_ | np.floating[Any]]
+"""A mask: boolean (True = may attend) or floating (additive bias)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +44,11 @@ class AttentionInputs:
     broadcastable to ``(B, Hq, L, S)``; ``key_lengths`` is one int per batch.
     """
 
-    query: np.ndarray
-    key: np.ndarray
-    value: np.ndarray
-    mask: np.ndarray | None = None
-    key_lengths: np.ndarray | None = None
+    query: FloatArray
+    key: FloatArray
+    value: FloatArray
+    mask: MaskArray | None = None
+    key_lengths: IntArray | None = None
 
 
 @dataclass(slots=True)
@@ -64,7 +73,7 @@ class AttentionResult:
     may attend after all masks (0 for a fully masked row).
     """
 
-    output: np.ndarray
-    weights: np.ndarray | None
-    scores: np.ndarray | None
-    valid_keys: np.ndarray
+    output: FloatArray
+    weights: FloatArray | None
+    scores: FloatArray | None
+    valid_keys: IntArray
