@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema
 
 TENSOR_JSON_SCHEMA: dict[str, Any] = {
     "title": "Tensor",
@@ -68,6 +68,18 @@ OUT_TENSOR_JSON_SCHEMA: dict[str, Any] = {
     ],
 }
 
+INT64_MAX = (1 << 63) - 1
+
+
+def _int64(value: Any) -> Any:
+    """Refuse integers that no int64 holds as out of range (orjson reads 2**64 and above as floats)."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise ValueError(f"{value} is out of range (a key length is an integer from 0 to 2**63 - 1)")
+    if isinstance(value, float) and value.is_integer() and abs(value) > INT64_MAX:
+        raise ValueError(f"{value:.0f} is out of range (a key length is an integer from 0 to 2**63 - 1)")
+    return value
+
+
 TensorField = Annotated[Any, WithJsonSchema(TENSOR_JSON_SCHEMA)]
 OutTensor = Annotated[Any, WithJsonSchema(OUT_TENSOR_JSON_SCHEMA)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -101,7 +113,7 @@ class AttentionRequest(_Strict):
         description="true means 'top_left' (PyTorch is_causal); "
         "'bottom_right' aligns the last query with the last key.",
     )
-    key_lengths: list[Annotated[StrictInt, Field(ge=0)]] | None = Field(
+    key_lengths: list[Annotated[StrictInt, Field(ge=0), BeforeValidator(_int64)]] | None = Field(
         None, description="One length per batch: key j of batch b is valid iff j < key_lengths[b]."
     )
     scale: PositiveFloat | None = Field(None, description="Default 1/sqrt(E).")

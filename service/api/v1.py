@@ -32,6 +32,8 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     )
 }
 
+ATTENTION_TENSORS = ("query", "key", "value", "mask")
+SOFTMAX_TENSORS = ("logits", "mask")
 ROW_KEYS = ("entropy", "normalized_entropy", "max_weight", "argmax", "effective_support", "zeros", "attention_distance")
 
 router = APIRouter(prefix="/v1", tags=["attention"])
@@ -236,7 +238,9 @@ async def post_attention(request: Request) -> Response:
 
 def _attention_response(runtime: Runtime, raw: bytes) -> Response:
     """Parse, validate, compute and serialize: all the CPU work of one request (see ``run_cpu``)."""
-    return json_response(_compute_attention(runtime, _validate(AttentionRequest, parse_json_object(raw))))
+    return json_response(
+        _compute_attention(runtime, _validate(AttentionRequest, parse_json_object(raw, ATTENTION_TENSORS)))
+    )
 
 
 def _compute_softmax(runtime: Runtime, req: SoftmaxRequest) -> dict[str, Any]:
@@ -286,4 +290,4 @@ async def post_softmax(request: Request) -> Response:
 
 
 def _softmax_response(runtime: Runtime, raw: bytes) -> Response:
-    return json_response(_compute_softmax(runtime, _validate(SoftmaxRequest, parse_json_object(raw))))
+    return json_response(_compute_softmax(runtime, _validate(SoftmaxRequest, parse_json_object(raw, SOFTMAX_TENSORS))))

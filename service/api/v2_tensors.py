@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from service.api import codecs
+from service.api import codecs, jsonbody
 from service.api.errors import ProblemError
 from service.api.wire import JSON_OPTIONS, _fallback
 
@@ -126,14 +126,31 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], 
             raise bad(f"Inference-Header-Content-Length is {n}, but the body has {len(body)} bytes")
     if n == 0:
         raise bad("the request body is empty; send an inference request JSON object")
-    try:
-        obj = orjson.loads(view[:n])
-    except orjson.JSONDecodeError as exc:
+    header = body if n == len(body) else bytes(view[:n])
+
+    def invalid(exc: orjson.JSONDecodeError) -> ProblemError:
+        found = jsonbody.locate_bad_number(header, exc)
+        if found is not None:
+            path, text, document = found
+            where = _json_path(path, document)
+            return bad(f"the inference request is not valid JSON: {where} {jsonbody.describe_bad_number(text)}")
         hint = " (is Inference-Header-Content-Length right?)" if header_length is not None else ""
-        raise bad(f"the inference request is not valid JSON{hint}: {exc}") from None
+        return bad(f"the inference request is not valid JSON{hint}: {exc}")
+
+    obj = jsonbody.parse_infer_request(header, invalid)
     if not isinstance(obj, dict):
         raise bad("the inference request must be a JSON object")
     return obj, view[n:]
+
+
+def _json_path(path: jsonbody.Path, document: Any) -> str:
+    """A path in the inference request, naming an input's data by the input: ``input 'query': data[3]``."""
+    if len(path) >= 3 and path[0] == "inputs" and path[2] == "data":
+        spec = document["inputs"][path[1]]
+        name = spec.get("name") if isinstance(spec, dict) else None
+        who = f"input {name!r}" if isinstance(name, str) else f"inputs[{path[1]}]"
+        return f"{who}: {jsonbody.format_path(path[2:])}"
+    return jsonbody.format_path(path)
 
 
 class BinaryReader:
@@ -201,32 +218,52 @@ def _from_binary(raw: memoryview, dtype: np.dtype, shape: tuple[int, ...], name:
     return arr if arr.flags.aligned else arr.copy()
 
 
+_EXPECT: dict[str, codecs.Expect] = {"b": "booleans", "i": "integers", "u": "integers", "f": "numbers"}
+
+
 def _from_json(data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...], name: str) -> np.ndarray:
-    if not isinstance(data, list):
+    """JSON ``data`` (flat or nested, row-major) of one input; float data stays float64 until the precision cast."""
+    if not isinstance(data, list | jsonbody.JsonArray):
         raise bad(f"input {name!r}: data must be a JSON array (flat or nested, row-major)")
-    try:
-        arr = np.array(data)
-    except (ValueError, TypeError, OverflowError):
-        raise bad(f"input {name!r}: data is not a rectangular array of {datatype} values") from None
     count = math.prod(shape)
+    if isinstance(data, jsonbody.JsonArray) and dtype.kind == "f":
+        fast = data.as_float64()
+        if fast is not None and fast.size == count:
+            return fast.reshape(shape)
+    items = data.to_python() if isinstance(data, jsonbody.JsonArray) else data
+    expect = _EXPECT[dtype.kind]
+    try:
+        arr = np.array(items)
+    except (ValueError, TypeError, OverflowError):
+        arr = None
+    kinds = {"booleans": "b", "integers": "iu", "numbers": "iuf"}[expect]
+    # np.array reads [true, 0.5] as floats: booleans in number data are looked for too (lists come from
+    # small bodies or from data the fast path refused, so the walk is short or the request is refused anyway).
+    if arr is None or arr.dtype.kind not in kinds or (expect != "booleans" and not codecs.numbers_only(items)):
+        found = codecs.find_problem(items, "data", expect)
+        if found is None:
+            raise bad(f"input {name!r}: data is not a rectangular array of {datatype} values")
+        if found.ragged:
+            raise bad(f"input {name!r}: data is not a rectangular array of {datatype} values: {found.message}")
+        words = {"booleans": "true/false values", "integers": "integers", "numbers": "numbers"}[expect]
+        raise bad(f"input {name!r}: {datatype} data must be {words}: {found.message}")
+    assert arr is not None
     if arr.size != count:
         raise bad(f"input {name!r}: data has {arr.size} values but shape {list(shape)} needs {count}")
-    kind = arr.dtype.kind
-    if dtype.kind == "b":
-        if kind != "b":
-            raise bad(f"input {name!r}: BOOL data must be true/false values")
-    elif dtype.kind in "iu":
-        if kind not in "iu":
-            raise bad(f"input {name!r}: {datatype} data must be integers")
-    elif kind not in "iuf":
-        raise bad(f"input {name!r}: {datatype} data must be numbers")
-    if dtype.kind == "f" and kind == "f":
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        flat = arr.reshape(-1)
+        out_of_range = (flat < info.min) | (flat > info.max) if arr.dtype.kind in "iu" else None
+        if arr.dtype == object or (out_of_range is not None and out_of_range.any()):
+            i = next(j for j, v in enumerate(flat.tolist()) if not info.min <= v <= info.max)
+            raise bad(
+                f"input {name!r}: data[{i}] = {flat.tolist()[i]} is out of range for {datatype} "
+                f"({info.min} to {info.max})"
+            )
+    if dtype.kind == "f" and arr.dtype.kind == "f":
         # JSON numbers stay float64 here; the cast to the compute precision reports overflow by element.
         return arr.reshape(shape)
-    try:
-        return arr.astype(dtype, casting="same_kind" if kind != "b" else "unsafe").reshape(shape)
-    except TypeError:
-        raise bad(f"input {name!r}: data does not fit {datatype}") from None
+    return arr.astype(dtype).reshape(shape)
 
 
 def parse_request(

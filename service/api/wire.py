@@ -10,7 +10,7 @@ orjson and answer with bytes serialized straight from numpy. Bodies sent with
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from service.api import jsonbody
 from service.api.errors import ProblemError
 
 DEFAULT_MAX_BODY_BYTES = 32 << 20
@@ -125,17 +126,30 @@ async def run_cpu(request: Request, body_size: int, fn: Callable[..., T], *args:
     return await run_in_threadpool(fn, *args)
 
 
-def parse_json_object(body: bytes) -> dict[str, Any]:
-    """Parse a body as one JSON object, or raise a 422 problem."""
+def json_error(body: bytes, exc: orjson.JSONDecodeError) -> ProblemError:
+    """The 422 for a body orjson refused; a NaN, an Infinity or a number beyond float64 is named by its field."""
+    found = jsonbody.locate_bad_number(body, exc)
+    if found is None:
+        msg = f"the body is not valid JSON: {exc}"
+        return ProblemError(422, msg, errors=[{"loc": ["body"], "msg": msg}])
+    path, text, _ = found
+    msg = f"the body is not valid JSON: {jsonbody.format_path(path)} {jsonbody.describe_bad_number(text)}"
+    return ProblemError(422, msg, errors=[{"loc": list(path), "msg": msg}])
+
+
+def parse_json_object(body: bytes, tensor_fields: Iterable[str] = ()) -> dict[str, Any]:
+    """Parse a body as one JSON object, or raise a 422 problem.
+
+    The top-level ``tensor_fields`` of a large body stay
+    :class:`~service.api.jsonbody.JsonArray` (simdjson's tape, decoded straight
+    into numpy by :func:`service.api.codecs.decode_tensor`); without them the
+    result is exactly what orjson gives.
+    """
     if not body:
         raise ProblemError(
             422, "the request body is empty; send a JSON object", errors=[{"loc": ["body"], "msg": "empty body"}]
         )
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        msg = f"the body is not valid JSON: {exc}"
-        raise ProblemError(422, msg, errors=[{"loc": ["body"], "msg": msg}]) from None
+    obj = jsonbody.parse_object(body, tensor_fields, lambda exc: json_error(body, exc))
     if not isinstance(obj, dict):
         msg = "the body must be a JSON object"
         raise ProblemError(422, msg, errors=[{"loc": ["body"], "msg": msg}])

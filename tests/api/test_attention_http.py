@@ -130,9 +130,9 @@ def test_key_lengths_and_gqa(client) -> None:
     [
         ({"key": np.ones((2, 5, 3)).tolist()}, 422, ["key", "shape", 2], "key has E=3 but query has E=4"),
         ({"value": np.ones((2, 4, 2)).tolist()}, 422, ["value", "shape", 1], "value has S=4 but key has S=5"),
-        ({"query": [[1.0, 2.0], [3.0]]}, 422, ["query"], "rectangular"),
-        ({"query": [[1.0, "a"]]}, 422, ["query"], "numbers"),
-        ({"query": [[1.0, None]]}, 422, ["query"], None),
+        ({"query": [[1.0, 2.0], [3.0]]}, 422, ["query", 1], "query is ragged at index [1]"),
+        ({"query": [[1.0, "a"]]}, 422, ["query", 0, 1], "query[0, 1] must be a number, got the string 'a'"),
+        ({"query": [[1.0, None]]}, 422, ["query", 0, 1], "query[0, 1] must be a number, got null"),
         ({"query": []}, 422, ["query"], None),
         ({"query": [[]]}, 422, ["query", "shape", 1], None),
         ({"query": 5}, 422, ["query"], None),

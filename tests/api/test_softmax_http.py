@@ -63,7 +63,7 @@ def test_axis_mask_and_base64(client) -> None:
     [
         ({"axis": 2}, ["axis"]),
         ({"log": True, "normalizer": "sparsemax"}, ["log"]),
-        ({"logits": [[True, False]]}, ["logits"]),
+        ({"logits": [[True, False]]}, ["logits", 0, 0]),
         ({"mask": [[True, False]]}, ["mask", "shape"]),
         ({"alpha": 1.5}, ["alpha"]),
         ({"temperature": 3.48e-273}, ["logits"]),  # 1/T overflows float32: a 422, not NaN

@@ -1,0 +1,170 @@
+"""service.api.jsonbody: large bodies parsed by simdjson, tensors straight into numpy, as orjson would read them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from service.api import codecs, jsonbody
+from service.core.errors import InvalidInput
+
+FIELDS = ("query", "key", "value", "mask")
+
+
+def _refuse(exc: orjson.JSONDecodeError) -> Exception:
+    return ValueError(str(exc))
+
+
+def parse_fast(body: bytes) -> Any:
+    """Parse with simdjson whatever the size (the threshold only picks the faster parser)."""
+    saved = jsonbody.SIMDJSON_MIN_BYTES
+    jsonbody.SIMDJSON_MIN_BYTES = 0
+    try:
+        return jsonbody.parse_object(body, FIELDS, _refuse)
+    finally:
+        jsonbody.SIMDJSON_MIN_BYTES = saved
+
+
+def decode(value: Any, kind: codecs.TensorKind = "float") -> np.ndarray | str:
+    """The decoded array, or the error message and location."""
+    try:
+        return codecs.decode_tensor(value, "query", kind=kind)
+    except InvalidInput as exc:
+        return f"{exc.message} @ {list(exc.loc)}"
+
+
+def test_large_nested_lists_become_float64_buffers_equal_to_numpy() -> None:
+    q = np.random.default_rng(0).standard_normal((2, 3, 40, 64))
+    body = orjson.dumps({"query": q.tolist(), "return": ["output"], "scale": 0.5})
+    assert len(body) > jsonbody.SIMDJSON_MIN_BYTES
+    obj = jsonbody.parse_object(body, FIELDS, _refuse)
+    assert isinstance(obj["query"], jsonbody.JsonArray) and obj["query"].shape == q.shape
+    assert obj["return"] == ["output"] and obj["scale"] == 0.5
+    arr = codecs.decode_tensor(obj["query"], "query")
+    assert arr.dtype == np.float64 and arr.shape == q.shape
+    np.testing.assert_array_equal(arr, q)
+
+
+def test_flat_data_and_inference_inputs_stay_lazy() -> None:
+    a = np.arange(24.0).reshape(2, 3, 4) / 7
+    body = orjson.dumps({"query": {"shape": [2, 3, 4], "dtype": "float32", "data": a.reshape(-1).tolist()}})
+    obj = parse_fast(body)
+    assert isinstance(obj["query"]["data"], jsonbody.JsonArray) and obj["query"]["shape"] == [2, 3, 4]
+    np.testing.assert_array_equal(codecs.decode_tensor(obj["query"], "query"), a.astype(np.float32))
+    infer = orjson.dumps(
+        {"id": "x[", "inputs": [{"name": "query", "shape": [2, 12], "datatype": "FP64", "data": a.tolist()}]}
+    )
+    saved = jsonbody.SIMDJSON_MIN_BYTES
+    jsonbody.SIMDJSON_MIN_BYTES = 0
+    try:
+        req = jsonbody.parse_infer_request(infer, _refuse)
+    finally:
+        jsonbody.SIMDJSON_MIN_BYTES = saved
+    data = req["inputs"][0]["data"]
+    assert req["id"] == "x[" and isinstance(data, jsonbody.JsonArray) and data.shape == (2, 3, 4)
+    np.testing.assert_array_equal(data.as_float64(), a)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [[1.0, 2.0], [3.0]],  # as_buffer flattens this to 3 numbers
+        [[1.0, [2.0]], 3.0],
+        [[1.0, []], [[2.0, 3.0], 4.0]],  # every level has the right length and count: an array hides at the leaves
+        [[1.0, [3.0, 4.0]], 2.0],
+        [[[1.0]], 2.0],
+        [[1.0, 2.0], [3.0, [4.0]]],
+    ],
+)
+def test_ragged_arrays_never_take_the_fast_path(value: list[Any]) -> None:
+    obj = parse_fast(orjson.dumps({"query": value}))
+    assert obj["query"].shape is None and obj["query"].as_float64() is None
+    assert "ragged" in str(decode(obj["query"]))
+    assert decode(obj["query"]) == decode(value)
+
+
+def test_a_bracket_in_a_string_or_an_escape_only_costs_the_fast_path() -> None:
+    for extra in ({"id": "a[b"}, {"note": "\\u005b"}, {"x[": 1}):
+        obj = parse_fast(orjson.dumps({"query": [[1.0, 2.0]], **extra}))
+        np.testing.assert_array_equal(decode(obj["query"]), [[1.0, 2.0]])
+    escaped = b'{"query": [[1.0, [2.0]]], "k": "\\u005b"}'  # an escaped bracket cannot hide an array
+    obj = parse_fast(escaped)
+    assert obj["query"].shape is None and "ragged" in str(decode(obj["query"]))
+
+
+def test_duplicate_keys_read_as_orjson_does() -> None:
+    body = b'{"query": [[1.0]], "query": [[2.0]]}'
+    assert parse_fast(body) == orjson.loads(body) == {"query": [[2.0]]}
+
+
+def test_simdjson_refusals_fall_back_to_orjson() -> None:
+    # simdjson refuses integers of 2**64 and more; orjson reads them as floats
+    body = b'{"query": [[18446744073709551616, 1.0]]}'
+    assert parse_fast(body) == orjson.loads(body)
+    with pytest.raises(ValueError, match="unexpected character"):
+        parse_fast(b'{"query": [[NaN]]}')
+
+
+@pytest.mark.parametrize(
+    "raw, path, text",
+    [
+        (b'{"query": [[1.0, NaN]]}', ("query", 0, 1), "NaN"),
+        (b'{"a": 1, "query": {"data": [Infinity]}}', ("query", "data", 0), "Infinity"),
+        (b'{"query": [-Infinity]}', ("query", 0), "-Infinity"),
+        (b'{"query": [1, 2e400]}', ("query", 1), "2e400"),
+    ],
+)
+def test_non_json_numbers_are_located(raw: bytes, path: tuple[Any, ...], text: str) -> None:
+    with pytest.raises(orjson.JSONDecodeError) as info:
+        orjson.loads(raw)
+    found = jsonbody.locate_bad_number(raw, info.value)
+    assert found is not None and found[:2] == (path, text)
+
+
+def test_other_json_errors_are_not_located() -> None:
+    raw = b'{"query": [1, }'
+    with pytest.raises(orjson.JSONDecodeError) as info:
+        orjson.loads(raw)
+    assert jsonbody.locate_bad_number(raw, info.value) is None
+
+
+def test_format_path() -> None:
+    assert jsonbody.format_path(("query", 0, 1)) == "query[0, 1]"
+    assert jsonbody.format_path(("query", "data", 3)) == "query.data[3]"
+    assert jsonbody.format_path(()) == "the body"
+
+
+# Nested values of every shape: rectangular or not, numbers, booleans, strings, null.
+_leaf = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False, width=64),
+    st.integers(-(2**53), 2**53),
+    st.booleans(),
+    st.sampled_from(["NaN", "x", None]),
+)
+_nested = st.recursive(st.lists(_leaf, max_size=4), lambda inner: st.lists(inner, max_size=3), max_leaves=24)
+_rectangular = st.integers(1, 3).flatmap(
+    lambda n: st.lists(st.integers(1, 3), min_size=n, max_size=n).flatmap(
+        lambda shape: st.lists(
+            st.floats(-1e6, 1e6, width=64), min_size=int(np.prod(shape)), max_size=int(np.prod(shape))
+        ).map(lambda flat: np.array(flat).reshape(shape).tolist())
+    )
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.one_of(_nested, _rectangular), kind=st.sampled_from(["float", "mask", "logits"]))
+def test_fast_path_decodes_exactly_as_the_python_path(value: list[Any], kind: codecs.TensorKind) -> None:
+    """Whatever the nesting and the values: the same array, or the same message at the same place."""
+    fast = parse_fast(json.dumps({"query": value}).encode())["query"]
+    got, want = decode(fast, kind), decode(value, kind)
+    if isinstance(want, str):
+        assert got == want
+    else:
+        assert isinstance(got, np.ndarray) and got.shape == want.shape
+        np.testing.assert_array_equal(got, want.astype(got.dtype))
