@@ -19,6 +19,7 @@ from service.api import gradients, operations, v1, v2
 from service.api.docs import install_openapi
 from service.api.errors import install_error_handlers
 from service.api.gradient_schemas import AttentionBackwardRequest
+from service.api.memory import MemoryBudget
 from service.api.schemas import AttentionRequest, SoftmaxRequest
 from service.api.wire import GZipIfAccepted
 from service.engines.base import Engine
@@ -51,6 +52,7 @@ def default_engines(settings: Settings) -> dict[str, Engine]:
             providers=settings.onnx_providers,
             intra_op_threads=settings.onnx_intra_op_threads,
             graph_optimization_level=settings.onnx_graph_optimization_level,
+            memory_arena=settings.onnx_memory_arena,
         )
     return engines
 
@@ -63,6 +65,7 @@ def create_app(settings: Settings | None = None, *, engines: Mapping[str, Engine
         settings=settings,
         engines=engine_map,
         dispatcher=EngineDispatcher(engine_map, small_task_scores=settings.auto_numpy_max_scores),
+        memory=MemoryBudget(settings.memory_budget_bytes, settings.queue_timeout_s, settings.retry_after_s),
     )
 
     @asynccontextmanager

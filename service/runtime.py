@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.api.memory import MemoryBudget
 from service.engines.base import Engine
 from service.engines.dispatch import EngineDispatcher
 from service.settings import Settings
@@ -29,6 +30,8 @@ class Runtime:
     started_at: float = field(default_factory=time.time)
     startup_done: threading.Event = field(default_factory=threading.Event)
     startup_error: str | None = None
+    memory: MemoryBudget | None = None
+    """The process-wide budget of estimated bytes in flight (``ATTN_MEMORY_BUDGET_BYTES``)."""
 
     def start_engines(self) -> None:
         """Start (load and warm up) every engine that has a ``start`` method; runs in a worker thread.

@@ -44,7 +44,18 @@ class Settings(BaseSettings):
 
     # Budgets (413 past them, checked before anything large is allocated)
     max_work_flops: float = Field(
-        2e10, gt=0, description="Largest estimated work of one request, in floating-point operations."
+        2e11,
+        gt=0,
+        description="Largest estimated work of one request, in float32 GEMM-equivalent operations: its estimated "
+        "single-core time on the reference machine times 50 GFLOP/s (2e11 is about 4 core-seconds; see "
+        "service/engines/cost.py).",
+    )
+    memory_budget_bytes: int = Field(
+        1 << 30,
+        ge=1 << 20,
+        description="Estimated memory of the requests computed at once by one worker process (inputs, engine "
+        "intermediates, results and response). A request whose own estimate exceeds it is refused (413); others wait "
+        "for room up to ATTN_QUEUE_TIMEOUT_S (then 503).",
     )
     max_response_bytes: int = Field(
         256 << 20, ge=1024, description="Largest estimated size of one response body, in bytes."
@@ -73,6 +84,11 @@ class Settings(BaseSettings):
     )
     onnx_intra_op_threads: int = Field(0, ge=0, description="0 lets ONNX Runtime choose.")
     onnx_graph_optimization_level: Literal["disable", "basic", "extended", "all"] = "all"
+    onnx_memory_arena: bool = Field(
+        False,
+        description="Keep ONNX Runtime's CPU memory arena: faster repeated large requests, but the process keeps its "
+        "peak memory after each one.",
+    )
     auto_numpy_max_scores: int = Field(
         4096,
         ge=0,

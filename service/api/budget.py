@@ -1,4 +1,12 @@
-"""Estimates of a request's work and response size, checked before anything large is allocated."""
+"""Estimates of a request's work, memory and response size, checked before anything large is allocated.
+
+Work is counted in float32 GEMM-equivalent operations (:attr:`service.engines.cost.Cost.work_flops`):
+the request's estimated single-core time on the reference machine times its GEMM rate, so an
+``exp`` or a bisection step counts for what it costs, not as one flop. Memory is the request's
+inputs, the engine's intermediates and results, and its response; :func:`enforce` refuses a
+request over any limit (413) and reserves its memory on the request's lease of the process-wide
+budget (:mod:`service.api.memory`), waiting for room or answering 503.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +15,35 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from service.api.errors import ProblemError
+from service.api.memory import current_lease
 from service.core.attention import Dims
+from service.engines import cost
 
 # Bytes one number takes in a JSON array (digits, sign, exponent, comma): float32
 # needs at most 9 significant digits, float64 17 (IEEE 754 shortest round trip).
 JSON_BYTES_PER_NUMBER = {"float32": 16, "float64": 25}
 
+DIAGNOSTICS_NS_PER_SCORE = 8.0
+"""The diagnostics' passes over the weights (entropy with a log, max, sums, distance), per score."""
+
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """Limits from settings: estimated floating-point operations and response bytes."""
+    """Limits from settings: estimated work, response bytes and memory of one request."""
 
     max_work_flops: float
     max_response_bytes: int
+    max_memory_bytes: int | None = None
 
 
-def normalizer_flops_per_score(normalizer: str, S: int) -> float:
-    """Rough operations per score: exp for softmax, a sort for sparse maps, ~60 passes for bisection."""
-    if normalizer in ("sparsemax", "entmax15"):
-        return 10.0 + 4.0 * math.log2(max(S, 2))
-    if normalizer == "entmax":
-        return 4.0 * 60
-    return 10.0
+def normalizer_flops_per_score(
+    normalizer: str, S: int, precision: str = "float32", alpha: float | None = None
+) -> float:
+    """Work of the normalizer on one score, in GEMM-equivalent flops (sort, bisection steps and all).
+
+    ``S`` is kept for callers: the measured sort-based costs hardly move from 256 to 8192 keys.
+    """
+    return _ns_as_flops(cost.normalizer_ns_per_score(normalizer, alpha if normalizer == "entmax" else None, precision))
 
 
 def bytes_per_number(precision: str, encoding: str) -> float:
@@ -39,74 +54,118 @@ def bytes_per_number(precision: str, encoding: str) -> float:
 
 
 def softmax_estimate(
-    shape: tuple[int, ...], axis: int, normalizer: str, with_log: bool, precision: str, encoding: str
+    shape: tuple[int, ...],
+    axis: int,
+    normalizer: str,
+    with_log: bool,
+    precision: str,
+    encoding: str,
+    alpha: float | None = None,
 ) -> tuple[float, int]:
     """(flops, response bytes) of one softmax request."""
     elements = math.prod(shape)
     n = shape[axis] if -len(shape) <= axis < len(shape) else 1
-    flops = elements * normalizer_flops_per_score(normalizer, n)
+    flops = elements * (
+        normalizer_flops_per_score(normalizer, n, precision, alpha) + _ns_as_flops(DIAGNOSTICS_NS_PER_SCORE)
+    )
     response = int(elements * bytes_per_number(precision, encoding) * (2 if with_log else 1) + 4096)
     return flops, response
 
 
+def softmax_memory(shape: tuple[int, ...], with_log: bool, precision: str, response_bytes: int) -> int:
+    """Peak bytes of one softmax request: the logits in the compute dtype, the results, row-chunk
+    scratch of the sort-based and bisection kernels, and the response body.
+    """
+    elements = math.prod(shape)
+    itemsize = 4 if precision == "float32" else 8
+    arrays = elements * itemsize * (3 + int(with_log))
+    return arrays + cost.NUMPY_THREAD_SCRATCH_BYTES + response_bytes
+
+
 def attention_estimate(
-    dims: Dims, normalizer: str, returned: Collection[str], precision: str, encoding: str
+    dims: Dims,
+    normalizer: str,
+    returned: Collection[str],
+    precision: str,
+    encoding: str,
+    alpha: float | None = None,
 ) -> tuple[float, int]:
-    """(flops, response bytes) of one attention request."""
-    scores = dims.B * dims.Hq * dims.L * dims.S
-    flops = 2.0 * scores * (dims.E + dims.Ev) + scores * normalizer_flops_per_score(normalizer, dims.S)
+    """(flops, response bytes) of one attention request on the numpy engine (the engine every request can use)."""
+    need_weights = "weights" in returned or "diagnostics" in returned
+    need_scores = "scores" in returned or "diagnostics" in returned
+    c = cost.numpy_cost(
+        dims, normalizer=normalizer, alpha=alpha, dtype=precision, need_weights=need_weights, need_scores=need_scores
+    )
+    flops = c.work_flops
     if "diagnostics" in returned:
-        flops += 12.0 * scores
+        flops += cost.scores(dims) * _ns_as_flops(DIAGNOSTICS_NS_PER_SCORE)
     if "gradient_health" in returned:
-        flops += GRADIENT_HEALTH_FLOPS_PER_SCORE * scores
+        flops += cost.scores(dims) * _ns_as_flops(GRADIENT_HEALTH_NS_PER_SCORE)
+    return flops, attention_response_bytes(dims, returned, precision, encoding)
+
+
+def attention_response_bytes(dims: Dims, returned: Collection[str], precision: str, encoding: str) -> int:
+    """Estimated size of the response body."""
     per_number = bytes_per_number(precision, encoding)
     numbers = 0
     if "output" in returned:
         numbers += dims.B * dims.Hq * dims.L * dims.Ev
-    numbers += scores * (("weights" in returned) + ("scores" in returned))
+    numbers += cost.scores(dims) * (("weights" in returned) + ("scores" in returned))
     rows = dims.B * dims.Hq * dims.L
     heads = dims.B * dims.Hq
-    response = int(
+    return int(
         numbers * per_number
         + ("diagnostics" in returned) * rows * 8 * 25
         + ("gradient_health" in returned) * heads * HEALTH_BYTES_PER_HEAD
         + 4096
     )
-    return flops, response
 
 
-# Jacobian norms: a power for entmax, three row sums, a square root per row.
-GRADIENT_HEALTH_FLOPS_PER_SCORE = 8.0
-# One {"batch", "head", "mean_jacobian_norm", "vanishing_fraction", "rows"} object.
+GRADIENT_HEALTH_NS_PER_SCORE = 8.0
+"""Jacobian norms: a power for entmax, three row sums, a square root per row."""
 HEALTH_BYTES_PER_HEAD = 120
+"""One {"batch", "head", "mean_jacobian_norm", "vanishing_fraction", "rows"} object."""
+
+
+def _ns_as_flops(ns: float) -> float:
+    """Nanoseconds of one core of the reference machine as GEMM-equivalent flops."""
+    return ns * 1e-9 * cost.REFERENCE_GEMM_FLOPS_PER_S
 
 
 def backward_estimate(
-    dims: Dims, normalizer: str, returned: Collection[str], precision: str, encoding: str
+    dims: Dims,
+    normalizer: str,
+    returned: Collection[str],
+    precision: str,
+    encoding: str,
+    alpha: float | None = None,
 ) -> tuple[float, int]:
     """(flops, response bytes) of one backward request.
 
     The backward pass recomputes the scores and weights (``Q K^T``), then runs
     four more products of the same size: ``dV = A^T dO``, ``dA = dO V^T``,
     ``dQ = dS K``, ``dK = dS^T Q`` (and ``A V`` when the output is asked for),
-    plus the normalizer's forward and backward: about three times the forward's
-    products. A float mask's gradient is counted at its largest possible size,
-    one number per score.
+    plus the normalizer's forward and backward (each about the forward's cost
+    per score). A float mask's gradient is counted at its largest possible
+    size, one number per score.
     """
-    scores = dims.B * dims.Hq * dims.L * dims.S
+    n = cost.scores(dims)
     products = 3 * dims.E + 2 * dims.Ev + ("output" in returned) * dims.Ev
-    flops = 2.0 * scores * products + scores * (2 * normalizer_flops_per_score(normalizer, dims.S) + 6)
+    rate = cost.REFERENCE_GEMM_FLOPS_PER_S if precision == "float32" else cost.REFERENCE_GEMM_FLOPS_PER_S / 2
+    gemm = 2.0 * n * products * cost.REFERENCE_GEMM_FLOPS_PER_S / rate
+    per_score = 2 * cost.normalizer_ns_per_score(normalizer, alpha if normalizer == "entmax" else None, precision) + 6
+    flops = gemm + n * _ns_as_flops(per_score)
     if "gradient_health" in returned:
-        flops += GRADIENT_HEALTH_FLOPS_PER_SCORE * scores
+        flops += n * _ns_as_flops(GRADIENT_HEALTH_NS_PER_SCORE)
     sizes = {
         "grad_query": dims.B * dims.Hq * dims.L * dims.E,
         "grad_key": dims.B * dims.Hkv * dims.S * dims.E,
         "grad_value": dims.B * dims.Hkv * dims.S * dims.Ev,
-        "grad_mask": scores,
+        "grad_mask": n,
         "output": dims.B * dims.Hq * dims.L * dims.Ev,
-        "weights": scores,
+        "weights": n,
     }
-    numbers = sum(n for name, n in sizes.items() if name in returned)
+    numbers = sum(count for name, count in sizes.items() if name in returned)
     heads = dims.B * dims.Hq
     response = int(
         numbers * bytes_per_number(precision, encoding)
@@ -116,17 +175,66 @@ def backward_estimate(
     return flops, response
 
 
-def enforce(budget: Budget, flops: float, response_bytes: int) -> None:
-    """Raise a 413 problem when a request exceeds the budget."""
+def backward_memory(dims: Dims, returned: Collection[str], precision: str, response_bytes: int) -> int:
+    """Peak bytes of one backward request on numpy: the inputs and their gradients, one (G*L, S) block of
+    scores, weights and their gradients per kv head at a time, the returned full-size arrays, the response.
+    """
+    itemsize = 4 if precision == "float32" else 8
+    inputs = (
+        dims.B * dims.Hq * dims.L * (dims.E + dims.Ev) + dims.B * dims.Hkv * dims.S * (dims.E + dims.Ev)
+    ) * itemsize
+    block = dims.group * dims.L * dims.S * 8 * 6
+    full = cost.scores(dims) * itemsize * (("grad_mask" in returned) + ("weights" in returned))
+    return 3 * inputs + block + full + cost.NUMPY_THREAD_SCRATCH_BYTES + response_bytes
+
+
+def attention_memory(engine_cost: cost.Cost, dims: Dims, precision: str, response_bytes: int) -> int:
+    """Peak bytes of one attention request on an engine: the inputs in the compute dtype (the engine may
+    copy them once more), the engine's own peak, per-row diagnostics and the response body.
+    """
+    itemsize = 4 if precision == "float32" else 8
+    inputs = (dims.B * dims.Hq * dims.L * dims.E + dims.B * dims.Hkv * dims.S * (dims.E + dims.Ev)) * itemsize
+    return 2 * inputs + engine_cost.peak_bytes + dims.B * dims.Hq * dims.L * 8 * 8 + response_bytes
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB"
+
+
+def check(budget: Budget, flops: float, response_bytes: int, memory_bytes: int | None = None) -> str | None:
+    """Why a request over a limit is refused (the 413's detail), or None when it fits."""
     if flops > budget.max_work_flops:
-        raise ProblemError(
-            413,
-            f"estimated work {flops:.3g} floating-point operations exceeds the limit of {budget.max_work_flops:.3g}; "
-            "split the request (fewer batches or heads, shorter sequences)",
+        return (
+            f"estimated work {flops:.3g} GEMM-equivalent floating-point operations (about "
+            f"{flops / cost.REFERENCE_GEMM_FLOPS_PER_S:.2g} core-seconds) exceeds the limit of "
+            f"{budget.max_work_flops:.3g}; split the request (fewer batches or heads, shorter sequences)"
         )
     if response_bytes > budget.max_response_bytes:
-        raise ProblemError(
-            413,
+        return (
             f"estimated response size {response_bytes} bytes exceeds the limit of {budget.max_response_bytes}; "
-            "ask for fewer outputs (return), use encoding 'base64', or split the request",
+            "ask for fewer outputs (return), use encoding 'base64', or split the request"
         )
+    if memory_bytes is not None and budget.max_memory_bytes is not None and memory_bytes > budget.max_memory_bytes:
+        return (
+            f"estimated memory {_mib(memory_bytes)} exceeds this server's budget of {_mib(budget.max_memory_bytes)} "
+            "(ATTN_MEMORY_BUDGET_BYTES); split the request (fewer batches or heads, shorter sequences) "
+            "or ask for fewer outputs"
+        )
+    return None
+
+
+def enforce(budget: Budget, flops: float, response_bytes: int, memory_bytes: int | None = None) -> None:
+    """Raise a 413 problem when a request exceeds the budget; otherwise reserve ``memory_bytes`` on
+    the request's memory lease (waiting for room, 503 when none comes).
+    """
+    reason = check(budget, flops, response_bytes, memory_bytes)
+    if reason is not None:
+        raise ProblemError(413, reason)
+    reserve(memory_bytes)
+
+
+def reserve(memory_bytes: int | None) -> None:
+    """Hold ``memory_bytes`` of the process-wide budget until the request's work ends (no-op outside a request)."""
+    lease = current_lease()
+    if lease is not None and memory_bytes:
+        lease.reserve(memory_bytes)

@@ -44,7 +44,7 @@ def _upstream(value: Any, name: str, runtime: Runtime, dtype: np.dtype) -> np.nd
 def build_backward_task(req: AttentionBackwardRequest, runtime: Runtime) -> BackwardTask:
     """Decode and check a backward request, enforce its budget (413), and build the engine task."""
     returned = list(req.return_)
-    task = v1.build_attention_task(req, runtime, estimate=budget.backward_estimate)
+    task = v1.build_attention_task(req, runtime, estimate=budget.backward_estimate, memory=budget.backward_memory)
     if "grad_mask" in returned:
         mask = task.inputs.mask
         if mask is None or mask.dtype == bool:

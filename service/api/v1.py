@@ -16,11 +16,12 @@ from service.api.errors import ProblemError, pydantic_errors, summarize
 from service.api.schemas import AttentionRequest, AttentionResponse, Problem, SoftmaxRequest, SoftmaxResponse
 from service.api.wire import json_response, parse_json_object, read_body, run_cpu
 from service.core.attention import Dims, check_dims, check_params
-from service.core.backward import gradient_health, jacobian_norms
+from service.core.backward import BackwardTask, gradient_health, jacobian_norms
 from service.core.diagnostics import attention_diagnostics, probability_diagnostics
 from service.core.probabilities import normalize_logits
 from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask
-from service.engines.dispatch import EngineNotReady, EngineUnavailable
+from service.engines.base import Engine
+from service.engines.dispatch import Admit, EngineNotReady, EngineOverBudget, EngineUnavailable
 from service.runtime import Runtime
 
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -59,7 +60,9 @@ def _limits(runtime: Runtime) -> codecs.TensorLimits:
 
 def _budget(runtime: Runtime) -> budget.Budget:
     s = runtime.settings
-    return budget.Budget(max_work_flops=s.max_work_flops, max_response_bytes=s.max_response_bytes)
+    return budget.Budget(
+        max_work_flops=s.max_work_flops, max_response_bytes=s.max_response_bytes, max_memory_bytes=s.memory_budget_bytes
+    )
 
 
 def decode_tensor(
@@ -111,15 +114,21 @@ def _json_body(schema: str) -> dict[str, Any]:
     }
 
 
-Estimate = Callable[[Dims, str, Collection[str], str, str], tuple[float, int]]
+Estimate = Callable[[Dims, str, Collection[str], str, str, float | None], tuple[float, int]]
+Memory = Callable[[Dims, Collection[str], str, int], int]
 
 
 def build_attention_task(
-    req: AttentionRequest, runtime: Runtime, estimate: Estimate = budget.attention_estimate
+    req: AttentionRequest,
+    runtime: Runtime,
+    estimate: Estimate = budget.attention_estimate,
+    memory: Memory | None = None,
 ) -> AttentionTask:
     """Decode and check a request's tensors, enforce the budget, and build the engine task.
 
-    ``estimate`` gives the request's (flops, response bytes): the forward's by default.
+    ``estimate`` gives the request's (flops, response bytes): the forward's by default. ``memory``
+    gives its peak bytes, reserved here on the request's lease; without it (the forward), the
+    engine's own estimate is checked and reserved when the dispatcher picks an engine.
     """
     limits = _limits(runtime)
     dtype = np.dtype(req.precision)
@@ -138,8 +147,13 @@ def build_attention_task(
     _check_alpha(req.normalizer, req.alpha)
     check_params(params)
     returned = set(req.return_)
-    flops, size = estimate(dims, req.normalizer, returned, req.precision, req.encoding)
-    budget.enforce(_budget(runtime), flops, size)
+    flops, size = estimate(dims, req.normalizer, returned, req.precision, req.encoding, req.alpha)
+    if memory is not None:
+        budget.enforce(_budget(runtime), flops, size, memory(dims, returned, req.precision, size))
+    else:  # the forward's memory depends on the engine: checked and reserved when one is chosen (_admission)
+        reason = budget.check(_budget(runtime), flops, size)
+        if reason is not None:
+            raise ProblemError(413, reason)
     query = codecs.cast_checked(query, dtype, "query")
     key = codecs.cast_checked(key, dtype, "key")
     value = codecs.cast_checked(value, dtype, "value")
@@ -174,12 +188,38 @@ def gradient_health_report(task: AttentionTask, result: AttentionResult, thresho
     return {"threshold": threshold, "heads": health.heads()}
 
 
+def _admission(runtime: Runtime, req: AttentionRequest, task: AttentionTask) -> Admit:
+    """The dispatcher's check of each candidate engine: its own work and memory estimates against the
+    limits (a reason when over), and, when it fits, its memory reserved on the request's lease.
+    """
+    limits = _budget(runtime)
+    returned = set(req.return_)
+    q, k, v = task.inputs.query.shape, task.inputs.key.shape, task.inputs.value.shape
+    dims = check_dims(q, k, v)
+    response = budget.attention_response_bytes(dims, returned, req.precision, req.encoding)
+
+    def admit(engine: Engine, task: AttentionTask | BackwardTask) -> str | None:
+        estimate = getattr(engine, "cost", None)
+        cost = estimate(task) if callable(estimate) else None
+        if cost is None:
+            return None
+        memory = budget.attention_memory(cost, dims, req.precision, response)
+        reason = budget.check(limits, cost.work_flops, response, memory)
+        if reason is None:
+            budget.reserve(memory)
+        return reason
+
+    return admit
+
+
 def _compute_attention(runtime: Runtime, req: AttentionRequest) -> dict[str, Any]:
     t0 = time.perf_counter()
     task = build_attention_task(req, runtime)
     t1 = time.perf_counter()
     try:
-        result, choice = runtime.dispatcher.run(task, req.engine)
+        result, choice = runtime.dispatcher.run(task, req.engine, _admission(runtime, req, task))
+    except EngineOverBudget as exc:
+        raise ProblemError(413, str(exc)) from None
     except EngineUnavailable as exc:
         raise ProblemError(422, str(exc), errors=[{"loc": ["engine"], "msg": str(exc)}]) from None
     except EngineNotReady as exc:
@@ -253,8 +293,10 @@ def _compute_softmax(runtime: Runtime, req: SoftmaxRequest) -> dict[str, Any]:
     mask = None if req.mask is None else decode_tensor(req.mask, "mask", kind="mask", limits=limits)
     mask = _float_mask_as(mask, dtype)
     _check_alpha(req.normalizer, req.alpha)
-    flops, size = budget.softmax_estimate(logits.shape, req.axis, req.normalizer, req.log, req.precision, req.encoding)
-    budget.enforce(_budget(runtime), flops, size)
+    flops, size = budget.softmax_estimate(
+        logits.shape, req.axis, req.normalizer, req.log, req.precision, req.encoding, req.alpha
+    )
+    budget.enforce(_budget(runtime), flops, size, budget.softmax_memory(logits.shape, req.log, req.precision, size))
     t1 = time.perf_counter()
     result = normalize_logits(
         logits,

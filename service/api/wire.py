@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from service.api import jsonbody
 from service.api.errors import ProblemError
+from service.api.memory import leased
 
 DEFAULT_MAX_BODY_BYTES = 32 << 20
 """Cap on an inflated request body when the app has no ``max_body_bytes`` setting."""
@@ -119,11 +120,26 @@ async def run_cpu(request: Request, body_size: int, fn: Callable[..., T], *args:
     that its work costs less than the hop to a worker thread and back (tens of
     microseconds on an idle machine, several hundred on a busy one), so it runs
     on the event loop.
+
+    The work runs under a lease of the process-wide memory budget
+    (:mod:`service.api.memory`): the body's bytes first, then what
+    ``budget.enforce`` reserves once the shapes are known; all of it is given
+    back when the work ends. Work on the event loop never waits for room.
     """
-    settings = getattr(getattr(request.app.state, "runtime", None), "settings", None)
-    if body_size <= getattr(settings, "inline_max_body_bytes", 0):
-        return fn(*args)
-    return await run_in_threadpool(fn, *args)
+    runtime = getattr(request.app.state, "runtime", None)
+    settings = getattr(runtime, "settings", None)
+    memory = getattr(runtime, "memory", None)
+    inline = body_size <= getattr(settings, "inline_max_body_bytes", 0)
+
+    def work() -> T:
+        with leased(memory, wait=not inline) as lease:
+            if lease is not None:
+                lease.reserve(body_size)
+            return fn(*args)
+
+    if inline:
+        return work()
+    return await run_in_threadpool(work)
 
 
 def json_error(body: bytes, exc: orjson.JSONDecodeError) -> ProblemError:

@@ -43,6 +43,15 @@ class EngineNotReady(Exception):
     """The requested engine is not ready yet, or failed to start; the message says why (HTTP 503)."""
 
 
+class EngineOverBudget(Exception):
+    """The request is over a limit on the engine that would run it (or on every engine, under ``auto``) (HTTP 413)."""
+
+
+Admit = Callable[[Engine, AttentionTask | BackwardTask], str | None]
+"""Called with each engine that could run a task: None admits it (and may reserve what it needs),
+a sentence says why the task is over a limit there (the engine is then skipped under ``auto``)."""
+
+
 def _not_ready_reason(engine: Engine) -> str:
     reason = getattr(engine, "not_ready_reason", None)
     return reason if isinstance(reason, str) and reason else f"engine {engine.name!r} is not ready"
@@ -99,15 +108,19 @@ class EngineDispatcher:
             return ["numpy"] + [n for n in self.order if n != "numpy"], small
         return self.order, ""
 
-    def select(self, task: AttentionTask | BackwardTask, requested: str) -> tuple[Engine, EngineChoice]:
+    def select(
+        self, task: AttentionTask | BackwardTask, requested: str, admit: Admit | None = None
+    ) -> tuple[Engine, EngineChoice]:
         """The engine to run ``task`` and the :class:`EngineChoice` to report.
 
         Raises :class:`EngineUnavailable` or :class:`EngineNotReady` as described
-        in the module docstring.
+        in the module docstring, and :class:`EngineOverBudget` when ``admit``
+        refuses the named engine, or every engine that could run the task.
         """
         if requested != "auto":
-            return self._select_named(task, requested)
+            return self._select_named(task, requested, admit)
         skipped: list[str] = []
+        over: list[str] = []
         order, why_order = self._auto_order(task)
         for name in order:
             engine = self.engines[name]
@@ -118,6 +131,11 @@ class EngineDispatcher:
             if reason:
                 skipped.append(f"{name} cannot run this request ({reason})")
                 continue
+            too_costly = admit(engine, task) if admit is not None else None
+            if too_costly:
+                skipped.append(f"{name} is over a limit ({too_costly})")
+                over.append(f"on {name}: {too_costly}")
+                continue
             if skipped:
                 why = f"auto: {'; '.join(skipped)}; using {name}"
             elif why_order:
@@ -125,11 +143,15 @@ class EngineDispatcher:
             else:
                 why = f"auto: {_what_runs(engine, task)} supports this request"
             return engine, EngineChoice(engine.name, engine.provider, why)
+        if over:
+            raise EngineOverBudget("; ".join(over))
         raise EngineUnavailable(
             "no engine can run this request: " + "; ".join(skipped or ["no engines are configured"])
         )
 
-    def _select_named(self, task: AttentionTask | BackwardTask, requested: str) -> tuple[Engine, EngineChoice]:
+    def _select_named(
+        self, task: AttentionTask | BackwardTask, requested: str, admit: Admit | None = None
+    ) -> tuple[Engine, EngineChoice]:
         engine = self.engines.get(requested)
         if engine is None:
             enabled = ", ".join(sorted(self.engines)) or "none"
@@ -139,20 +161,27 @@ class EngineDispatcher:
         reason = _unsupported(engine, task)
         if reason:
             raise EngineUnavailable(f"engine {requested!r} cannot run this request: {reason}")
+        too_costly = admit(engine, task) if admit is not None else None
+        if too_costly:
+            raise EngineOverBudget(too_costly)
         return engine, EngineChoice(engine.name, engine.provider, f"requested: {_what_runs(engine, task)}")
 
-    def run(self, task: AttentionTask, requested: str) -> tuple[AttentionResult, EngineChoice]:
+    def run(
+        self, task: AttentionTask, requested: str, admit: Admit | None = None
+    ) -> tuple[AttentionResult, EngineChoice]:
         """Select an engine and run the forward ``task`` on it (see :meth:`_run`)."""
-        result, choice = self._run(task, requested)
+        result, choice = self._run(task, requested, admit)
         return cast(AttentionResult, result), choice
 
-    def run_backward(self, task: BackwardTask, requested: str) -> tuple[BackwardResult, EngineChoice]:
+    def run_backward(
+        self, task: BackwardTask, requested: str, admit: Admit | None = None
+    ) -> tuple[BackwardResult, EngineChoice]:
         """Select an engine with a backward pass and run ``task`` on it (see :meth:`_run`)."""
-        result, choice = self._run(task, requested)
+        result, choice = self._run(task, requested, admit)
         return cast(BackwardResult, result), choice
 
     def _run(
-        self, task: AttentionTask | BackwardTask, requested: str
+        self, task: AttentionTask | BackwardTask, requested: str, admit: Admit | None = None
     ) -> tuple[AttentionResult | BackwardResult, EngineChoice]:
         """Select an engine and run ``task`` on it.
 
@@ -163,7 +192,7 @@ class EngineDispatcher:
         server fault and propagates (the HTTP layer answers 500 and logs it with
         the request id): blaming the client with a 4xx would be wrong.
         """
-        engine, choice = self.select(task, requested)
+        engine, choice = self.select(task, requested, admit)
         try:
             return _runner(engine, task)(), choice
         except (InvalidInput, NumericalError):
@@ -176,7 +205,7 @@ class EngineDispatcher:
             position = next(i for i, name in enumerate(self.order) if self.engines[name] is engine)
             for name in self.order[position + 1 :]:
                 fallback = self.engines[name]
-                if fallback.ready and not _unsupported(fallback, task):
+                if fallback.ready and not _unsupported(fallback, task) and (admit is None or not admit(fallback, task)):
                     return _runner(fallback, task)(), EngineChoice(
                         fallback.name, fallback.provider, f"{choice.reason}; but {failure}; using {name}"
                     )

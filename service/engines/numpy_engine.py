@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from service.core.attention import run_attention
+from service.core.attention import check_dims, run_attention
 from service.core.backward import BackwardResult, BackwardTask, run_backward
 from service.core.types import AttentionResult, AttentionTask
+from service.engines.cost import Cost, numpy_cost
 
 
 def available_cpus() -> int:
@@ -66,6 +67,19 @@ class NumpyEngine:
 
     def unsupported_reason(self, task: AttentionTask) -> str | None:
         return None
+
+    def cost(self, task: AttentionTask) -> Cost:
+        """Estimated time and peak memory of ``task`` here (:mod:`service.engines.cost`)."""
+        q, k, v = task.inputs.query.shape, task.inputs.key.shape, task.inputs.value.shape
+        return numpy_cost(
+            check_dims(q, k, v),
+            normalizer=task.params.normalizer,
+            alpha=task.params.alpha,
+            dtype=np.dtype(task.dtype).name,
+            need_weights=task.need_weights,
+            need_scores=task.need_scores,
+            workers=self.threads if self._executor else 1,
+        )
 
     def run(self, task: AttentionTask) -> AttentionResult:
         return run_attention(task, executor=self._executor, workers=self.threads if self._executor else 1)

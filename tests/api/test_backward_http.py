@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from service.api import budget
 from service.app import create_app
+from service.core.attention import Dims
 from service.core.backward import BackwardTask, run_backward
 from service.core.types import AttentionInputs, AttentionParams, AttentionTask
 from service.settings import Settings
@@ -192,7 +194,11 @@ def test_bad_inputs_are_422_naming_the_field(client, patch: dict, loc: list) -> 
 
 
 def test_budget_gives_413() -> None:
-    settings = Settings(enable_onnx=False, max_work_flops=3000)
+    dims = Dims(B=1, Hq=4, Hkv=2, L=3, S=5, E=4, Ev=2)  # rand_request's shapes
+    forward, _ = budget.attention_estimate(dims, "softmax", {"output", "weights", "diagnostics"}, "float32", "json")
+    backward, _ = budget.backward_estimate(dims, "softmax", {"grad_query", "grad_key", "grad_value"}, "float32", "json")
+    assert forward < backward
+    settings = Settings(enable_onnx=False, max_work_flops=(forward + backward) / 2)
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         body = rand_request()
         # the forward of this request fits the budget; its backward (three times the products) does not

@@ -1,0 +1,199 @@
+"""Estimated time and peak memory of one attention call on each engine: the model behind the budgets.
+
+The estimates are worst cases per score (``B * Hq * L * S``): every key a candidate of the support for
+the sparse normalizers, the bisection run to convergence (about 60 halvings in float64, measured;
+numpy) or its fixed 64 steps (ONNX graph). They were measured by ``bench/bench_costs.py`` on the
+reference machine (2-core x86 VM, float32 GEMM ~50 GFLOP/s per core) and rounded up; the benchmark
+prints each measurement beside the model, which must stay above it.
+
+Time is in single-core seconds of the reference machine; :attr:`Cost.work_flops` expresses it as
+float32 GEMM-equivalent operations (time x the reference core's GEMM rate), the unit of the
+``max_work_flops`` setting. A normalizer pass over one score is not one flop: ``exp`` costs about
+as much as 250 GEMM flops, a bisection step with a fractional power about 700, so counting GEMM
+flops alone lets a sparse request run a thousand times longer than its budget says.
+
+Peak memory counts what the engine allocates while it runs, results included (not the inputs it
+is given). ONNX Runtime materialises every intermediate of the primitive graphs over the full
+``(B, Hq, L, S)`` scores (measured bytes per score below, arena off); the numpy engine works in
+chunks of bounded size per worker thread, so beyond its results it needs a few MiB per thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.core.attention import CHUNK_ELEMENTS, Dims
+
+REFERENCE_GEMM_FLOPS_PER_S = 50e9
+"""float32 GEMM rate of one core of the reference machine (1024^3, one BLAS thread)."""
+
+# numpy engine, ns per score on one core, worst case, by (normalizer, dtype).
+NUMPY_NS_PER_SCORE: dict[tuple[str, str], float] = {
+    ("softmax", "float32"): 6.0,
+    ("softmax", "float64"): 12.0,
+    ("relu", "float32"): 7.0,
+    ("relu", "float64"): 12.0,
+    ("sparsemax", "float32"): 16.0,
+    ("sparsemax", "float64"): 22.0,
+    ("entmax15", "float32"): 24.0,
+    ("entmax15", "float64"): 30.0,
+}
+NUMPY_BISECT_STEPS = 64
+"""Halvings until tau stops moving in float64 (53 to 62 measured on varied inputs; the loop's cap is 200)."""
+NUMPY_NS_PER_BISECT_STEP = 15.0
+"""One bisection step over one candidate: subtract, clamp, fractional power (slow on subnormals), sum."""
+
+# ONNX graphs, ns per score (whole request, intra-op threads as configured) and peak bytes per score.
+ONNX_NS_PER_SCORE: dict[str, float] = {
+    "softmax_fused_nomask_f32": 6.0,
+    "softmax_fused_f32": 6.0,
+    "softmax_fused_weights_f32": 8.0,
+    "softmax_fused_nomask_f64": 35.0,
+    "softmax_fused_f64": 35.0,
+    "softmax_fused_weights_f64": 60.0,
+    "softmax_f32": 25.0,
+    "softmax_f64": 45.0,
+    "relu_f32": 45.0,
+    "relu_f64": 65.0,
+    "sparsemax_f32": 115.0,
+    "sparsemax_f64": 120.0,
+    "entmax15_f32": 145.0,
+    "entmax15_f64": 280.0,
+    "entmax_f32": 1400.0,
+    "entmax_f64": 1400.0,
+}
+ONNX_BYTES_PER_SCORE: dict[str, float] = {
+    "softmax_fused_nomask_f32": 8.0,
+    "softmax_fused_f32": 8.0,
+    "softmax_fused_weights_f32": 12.0,
+    "softmax_fused_nomask_f64": 34.0,
+    "softmax_fused_f64": 34.0,
+    "softmax_fused_weights_f64": 34.0,
+    "softmax_f32": 24.0,
+    "softmax_f64": 48.0,
+    "relu_f32": 18.0,
+    "relu_f64": 34.0,
+    "sparsemax_f32": 52.0,
+    "sparsemax_f64": 66.0,
+    "entmax15_f32": 72.0,
+    "entmax15_f64": 72.0,
+    "entmax_f32": 44.0,
+    "entmax_f64": 48.0,
+}
+ONNX_DEFAULT_NS_PER_SCORE = 1400.0
+ONNX_DEFAULT_BYTES_PER_SCORE = 80.0
+"""For a graph the tables do not name (a newly exported one): the largest of the measured graphs."""
+
+NUMPY_THREAD_SCRATCH_BYTES = CHUNK_ELEMENTS * 8 * 3 + (1 << 17) * 8 * 12
+"""Per worker thread: a chunk of scores and two temporaries in float64, plus the sort-based and
+bisection normalizers' float64 row blocks (x, sorted candidates, prefix sums, ...)."""
+FIXED_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """Estimated single-core seconds on the reference machine and peak bytes allocated while running."""
+
+    seconds: float
+    peak_bytes: int
+
+    @property
+    def work_flops(self) -> float:
+        """The time as float32 GEMM-equivalent operations (the unit of ``max_work_flops``)."""
+        return self.seconds * REFERENCE_GEMM_FLOPS_PER_S
+
+
+def scores(dims: Dims) -> int:
+    """Number of attention scores ``B * Hq * L * S``."""
+    return dims.B * dims.Hq * dims.L * dims.S
+
+
+def gemm_seconds(dims: Dims, dtype: str) -> float:
+    """Q K^T and A V: ``2 * scores * (E + Ev)`` flops at the reference rate (float64 at half of it)."""
+    flops = 2.0 * scores(dims) * (dims.E + dims.Ev)
+    return flops / (REFERENCE_GEMM_FLOPS_PER_S if dtype == "float32" else REFERENCE_GEMM_FLOPS_PER_S / 2)
+
+
+def normalizer_ns_per_score(normalizer: str, alpha: float | None, dtype: str) -> float:
+    """The numpy normalizers' worst-case cost of one score, in ns on one core.
+
+    ``entmax`` with alpha 1.5 or 2 runs the exact sort-based kernels (as the engines do), any other
+    alpha the bisection, whose cost is its steps times one step's pass over the candidates.
+    """
+    if normalizer == "entmax":
+        exact = {1.5: "entmax15", 2.0: "sparsemax"}.get(float(alpha) if alpha is not None else 0.0)
+        if exact is None:
+            return NUMPY_NS_PER_SCORE[("sparsemax", dtype)] + NUMPY_BISECT_STEPS * NUMPY_NS_PER_BISECT_STEP
+        normalizer = exact
+    return NUMPY_NS_PER_SCORE.get((normalizer, dtype), NUMPY_NS_PER_SCORE[("entmax15", "float64")])
+
+
+def _itemsize(dtype: str) -> int:
+    return 4 if dtype == "float32" else 8
+
+
+def result_bytes(dims: Dims, dtype: str, need_weights: bool, need_scores: bool) -> int:
+    """The arrays an engine hands back: output, and weights and scores when asked for."""
+    n = dims.B * dims.Hq * dims.L * dims.Ev + scores(dims) * (int(need_weights) + int(need_scores))
+    return n * _itemsize(dtype)
+
+
+def numpy_cost(
+    dims: Dims,
+    *,
+    normalizer: str,
+    alpha: float | None,
+    dtype: str,
+    need_weights: bool,
+    need_scores: bool,
+    workers: int = 1,
+) -> Cost:
+    """The numpy engine: GEMMs plus the normalizer's passes; results plus a scratch per worker thread."""
+    seconds = gemm_seconds(dims, dtype) + scores(dims) * normalizer_ns_per_score(normalizer, alpha, dtype) * 1e-9
+    peak = result_bytes(dims, dtype, need_weights, need_scores) + max(workers, 1) * NUMPY_THREAD_SCRATCH_BYTES
+    return Cost(seconds, peak + FIXED_BYTES)
+
+
+def onnx_cost(
+    graph: str,
+    dims: Dims,
+    *,
+    dtype: str,
+    need_weights: bool,
+    need_scores: bool,
+) -> Cost:
+    """One ONNX graph: its measured time and peak per score, results included (copied out of the run)."""
+    n = scores(dims)
+    ns = ONNX_NS_PER_SCORE.get(graph, ONNX_DEFAULT_NS_PER_SCORE)
+    per_score = ONNX_BYTES_PER_SCORE.get(graph, ONNX_DEFAULT_BYTES_PER_SCORE)
+    seconds = gemm_seconds(dims, dtype) + n * ns * 1e-9
+    peak = int(n * per_score) + result_bytes(dims, dtype, need_weights, need_scores)
+    return Cost(seconds, peak + FIXED_BYTES)
+
+
+def estimate(
+    engine: str,
+    dims: Dims,
+    *,
+    normalizer: str,
+    alpha: float | None,
+    dtype: str,
+    need_weights: bool,
+    need_scores: bool,
+    graph: str | None = None,
+    workers: int = 1,
+) -> Cost:
+    """The cost of one call on ``engine`` (``"numpy"``, or ``"onnx"`` running ``graph``)."""
+    if engine == "onnx":
+        if graph is None:
+            raise ValueError("the ONNX estimate needs the graph that runs the request")
+        return onnx_cost(graph, dims, dtype=dtype, need_weights=need_weights, need_scores=need_scores)
+    return numpy_cost(
+        dims,
+        normalizer=normalizer,
+        alpha=alpha,
+        dtype=dtype,
+        need_weights=need_weights,
+        need_scores=need_scores,
+        workers=workers,
+    )
