@@ -43,7 +43,7 @@ def normalizer_flops_per_score(
 
     ``S`` is kept for callers: the measured sort-based costs hardly move from 256 to 8192 keys.
     """
-    return _ns_as_flops(cost.normalizer_ns_per_score(normalizer, alpha if normalizer == "entmax" else None, precision))
+    return ns_as_flops(cost.normalizer_ns_per_score(normalizer, alpha if normalizer == "entmax" else None, precision))
 
 
 def bytes_per_number(precision: str, encoding: str) -> float:
@@ -66,7 +66,7 @@ def softmax_estimate(
     elements = math.prod(shape)
     n = shape[axis] if -len(shape) <= axis < len(shape) else 1
     flops = elements * (
-        normalizer_flops_per_score(normalizer, n, precision, alpha) + _ns_as_flops(DIAGNOSTICS_NS_PER_SCORE)
+        normalizer_flops_per_score(normalizer, n, precision, alpha) + ns_as_flops(DIAGNOSTICS_NS_PER_SCORE)
     )
     response = int(elements * bytes_per_number(precision, encoding) * (2 if with_log else 1) + 4096)
     return flops, response
@@ -98,9 +98,9 @@ def attention_estimate(
     )
     flops = c.work_flops
     if "diagnostics" in returned:
-        flops += cost.scores(dims) * _ns_as_flops(DIAGNOSTICS_NS_PER_SCORE)
+        flops += cost.scores(dims) * ns_as_flops(DIAGNOSTICS_NS_PER_SCORE)
     if "gradient_health" in returned:
-        flops += cost.scores(dims) * _ns_as_flops(GRADIENT_HEALTH_NS_PER_SCORE)
+        flops += cost.scores(dims) * ns_as_flops(GRADIENT_HEALTH_NS_PER_SCORE)
     return flops, attention_response_bytes(dims, returned, precision, encoding)
 
 
@@ -127,7 +127,7 @@ HEALTH_BYTES_PER_HEAD = 120
 """One {"batch", "head", "mean_jacobian_norm", "vanishing_fraction", "rows"} object."""
 
 
-def _ns_as_flops(ns: float) -> float:
+def ns_as_flops(ns: float) -> float:
     """Nanoseconds of one core of the reference machine as GEMM-equivalent flops."""
     return ns * 1e-9 * cost.REFERENCE_GEMM_FLOPS_PER_S
 
@@ -154,9 +154,9 @@ def backward_estimate(
     rate = cost.REFERENCE_GEMM_FLOPS_PER_S if precision == "float32" else cost.REFERENCE_GEMM_FLOPS_PER_S / 2
     gemm = 2.0 * n * products * cost.REFERENCE_GEMM_FLOPS_PER_S / rate
     per_score = 2 * cost.normalizer_ns_per_score(normalizer, alpha if normalizer == "entmax" else None, precision) + 6
-    flops = gemm + n * _ns_as_flops(per_score)
+    flops = gemm + n * ns_as_flops(per_score)
     if "gradient_health" in returned:
-        flops += n * _ns_as_flops(GRADIENT_HEALTH_NS_PER_SCORE)
+        flops += n * ns_as_flops(GRADIENT_HEALTH_NS_PER_SCORE)
     sizes = {
         "grad_query": dims.B * dims.Hq * dims.L * dims.E,
         "grad_key": dims.B * dims.Hkv * dims.S * dims.E,
