@@ -193,6 +193,10 @@ class Settings(BaseSettings):
             problems.append("ATTN_WORKERS > 1 needs ATTN_METRICS_DIR (a directory for multiprocess metrics)")
         if self.queue_timeout_s >= self.request_timeout_s:
             problems.append("ATTN_QUEUE_TIMEOUT_S must be shorter than ATTN_REQUEST_TIMEOUT_S")
+        if self.max_body_bytes > self.memory_budget_bytes:
+            # A body the memory budget can never hold would be read in full and then refused; keeping the body
+            # limit inside the budget makes the header check (413 before reading) cover it.
+            problems.append("ATTN_MAX_BODY_BYTES must not exceed ATTN_MEMORY_BUDGET_BYTES")
         if problems:
             raise ValueError("unsafe settings: " + "; ".join(problems))
         return self

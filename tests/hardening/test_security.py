@@ -106,6 +106,7 @@ def test_key_check_compares_every_key_by_digest() -> None:
         ({"ATTN_WORKERS": "2"}, "ATTN_METRICS_DIR"),
         ({"ATTN_QUEUE_TIMEOUT_S": "5", "ATTN_REQUEST_TIMEOUT_S": "5"}, "shorter than"),
         ({"ATTN_AUTH_EXEMPT_PATHS": "/healthz,metrics"}, "'metrics' is not a path"),
+        ({"ATTN_MAX_BODY_BYTES": str(64 << 20), "ATTN_MEMORY_BUDGET_BYTES": str(32 << 20)}, "must not exceed"),
     ],
     ids=[
         "empty-keys",
@@ -116,6 +117,7 @@ def test_key_check_compares_every_key_by_digest() -> None:
         "workers-no-metrics-dir",
         "queue-timeout",
         "exempt-path",
+        "body-over-memory-budget",
     ],
 )
 def test_unsafe_settings_are_refused(monkeypatch: pytest.MonkeyPatch, env: dict, message: str) -> None:
