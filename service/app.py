@@ -18,7 +18,7 @@ from service import __version__
 from service.api import gradients, operations, v1, v2
 from service.api.docs import install_openapi
 from service.api.errors import install_error_handlers
-from service.api.gradient_schemas import AttentionBackwardRequest
+from service.api.gradient_schemas import AnalyzeRequest, AttentionBackwardRequest
 from service.api.memory import MemoryBudget
 from service.api.schemas import AttentionRequest, SoftmaxRequest
 from service.api.wire import GZipIfAccepted
@@ -90,6 +90,6 @@ def create_app(settings: Settings | None = None, *, engines: Mapping[str, Engine
     app.include_router(v2.router)
     if settings.gzip_level > 0:  # large answers compressed for clients that accept gzip
         app.add_middleware(GZipIfAccepted, minimum_size=settings.gzip_min_bytes, compresslevel=settings.gzip_level)
-    install_openapi(app, [AttentionRequest, SoftmaxRequest, AttentionBackwardRequest])
+    install_openapi(app, [AttentionRequest, SoftmaxRequest, AttentionBackwardRequest, AnalyzeRequest])
     install_hardening(app, settings)  # last: middleware, /metrics and the error responses in the schema
     return app

@@ -238,3 +238,39 @@ def reserve(memory_bytes: int | None) -> None:
     lease = current_lease()
     if lease is not None and memory_bytes:
         lease.reserve(memory_bytes)
+
+
+SWEEP_ROW_BYTES = 400
+"""One sweep row of /v1/attention/analyze as JSON: eleven named numbers."""
+ANALYSIS_NS_PER_SCORE = 30.0
+"""The analysis' passes over each score beyond the normalizer: entropy (a log), Jacobian norm, row min/max/sums."""
+DRAW_NS_PER_NUMBER = 10.0
+"""Drawing one standard normal float64 (numpy's ziggurat)."""
+
+
+def analyze_estimate(
+    dims: Dims, head_dims: Collection[int], points_per_head_dim: int, normalizer: str, alpha: float | None, drawn: bool
+) -> tuple[float, int]:
+    """(flops, response bytes) of one analysis, computed in float64.
+
+    Per sweep point and head dimension E: ``Q K^T`` (float64 GEMMs run at about half the float32
+    rate), the normalizer and the row statistics of every score; when Q and K are drawn, each E
+    also draws ``B*(Hq*L + Hkv*S)*E`` normal numbers.
+    """
+    n = cost.scores(dims)
+    per_score_ns = cost.normalizer_ns_per_score(normalizer, alpha if normalizer == "entmax" else None, "float64")
+    flops = 0.0
+    for e in head_dims:
+        flops += points_per_head_dim * n * (2.0 * e * 2 + ns_as_flops(per_score_ns + ANALYSIS_NS_PER_SCORE))
+        if drawn:
+            flops += ns_as_flops(DRAW_NS_PER_NUMBER) * dims.B * (dims.Hq * dims.L + dims.Hkv * dims.S) * e
+    return flops, len(head_dims) * points_per_head_dim * SWEEP_ROW_BYTES + 4096
+
+
+def analyze_memory(dims: Dims, head_dims: Collection[int], response_bytes: int) -> int:
+    """Peak bytes of one analysis: Q and K in float64 (twice: as sent or drawn, and as computed) for the
+    largest E, a mask as large as the scores at most, and one chunk of scores with its temporaries.
+    """
+    e = max(head_dims)
+    inputs = dims.B * (dims.Hq * dims.L + dims.Hkv * dims.S) * e * 8
+    return 2 * inputs + cost.NUMPY_THREAD_SCRATCH_BYTES * 2 + response_bytes

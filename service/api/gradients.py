@@ -9,6 +9,7 @@ large is allocated, and problem+json errors naming the field.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -18,9 +19,17 @@ from starlette.responses import Response
 
 from service.api import budget, codecs, v1
 from service.api.errors import ProblemError
-from service.api.gradient_schemas import AttentionBackwardRequest, AttentionBackwardResponse
+from service.api.gradient_schemas import (
+    AnalyzeRequest,
+    AnalyzeResponse,
+    AttentionBackwardRequest,
+    AttentionBackwardResponse,
+)
 from service.api.wire import json_response, parse_json_object, read_body, run_cpu
+from service.core.analysis import analyze, draw_normal, sweep_points
+from service.core.attention import Dims, check_dims, check_params
 from service.core.backward import BackwardTask
+from service.core.types import AttentionParams
 from service.engines.dispatch import EngineNotReady, EngineUnavailable
 from service.runtime import Runtime
 
@@ -116,3 +125,119 @@ async def post_attention_backward(request: Request) -> Response:
 def _backward_response(runtime: Runtime, raw: bytes) -> Response:
     req = v1._validate(AttentionBackwardRequest, parse_json_object(raw))
     return json_response(compute_backward(runtime, req))
+
+
+# --------------------------------------------------------------------------- analyze
+
+
+def _check_drawn_shape(shape: tuple[int, ...], runtime: Runtime) -> None:
+    """A drawn tensor obeys the limits of a sent one: 422 past the dimension limit, 413 past the element limit."""
+    s = runtime.settings
+    for axis, size in enumerate(shape):
+        if size > s.max_dim:
+            raise _invalid(f"shape[{axis}] = {size} is above the limit of {s.max_dim}", ["shape", axis])
+    count = math.prod(shape)
+    if count > s.max_tensor_elements:
+        raise ProblemError(
+            413,
+            f"the drawn query and key of shape {list(shape)} would have {count} elements each, above the limit of "
+            f"{s.max_tensor_elements}; draw fewer (smaller shape or head_dims)",
+        )
+
+
+def compute_analyze(runtime: Runtime, req: AnalyzeRequest) -> dict[str, Any]:
+    """The response body of one analysis (see :mod:`service.core.analysis`)."""
+    t0 = time.perf_counter()
+    limits = v1._limits(runtime)
+    drawn = req.shape is not None
+    query = key = None
+    if drawn:
+        for name in ("query", "key"):
+            if getattr(req, name) is not None:
+                raise _invalid(f"send either query and key, or shape to draw them; not both ({name} given)", [name])
+        assert req.shape is not None
+        B, H, L, E = req.shape
+        head_dims = list(req.head_dims) if req.head_dims is not None else [E]
+        for e in head_dims:
+            _check_drawn_shape((B, H, L, e), runtime)
+        Hkv, S = H, L
+    else:
+        for name in ("query", "key"):
+            if getattr(req, name) is None:
+                raise _invalid(f"{name} is required unless shape is given (to draw query and key)", [name])
+        if req.head_dims is not None:
+            raise _invalid("head_dims sweeps drawn inputs only: give shape instead of query and key", ["head_dims"])
+        query = v1.decode_tensor(req.query, "query", limits=limits)
+        key = v1.decode_tensor(req.key, "key", limits=limits)
+        sent = check_dims(query.shape, key.shape, key.shape)
+        query = codecs.cast_checked(query, np.dtype(np.float64), "query")
+        key = codecs.cast_checked(key, np.dtype(np.float64), "key")
+        codecs.check_finite(query, "query")
+        codecs.check_finite(key, "key")
+        B, H, Hkv, L, S, E = sent.B, sent.Hq, sent.Hkv, sent.L, sent.S, sent.E
+        head_dims = [E]
+    v1._check_alpha(req.normalizer, req.alpha)
+    check_params(AttentionParams(normalizer=req.normalizer, alpha=req.alpha, causal=req.causal_alignment))
+    mask = None if req.mask is None else decode_mask(req.mask, limits)
+    key_lengths = None if req.key_lengths is None else np.asarray(req.key_lengths, dtype=np.int64)
+    points = sweep_points(head_dims, req.scales, req.temperatures)
+    per_dim = len(points) // len(head_dims)
+    dims = Dims(B=B, Hq=H, Hkv=Hkv, L=L, S=S, E=max(head_dims), Ev=max(head_dims))
+    flops, size = budget.analyze_estimate(dims, head_dims, per_dim, req.normalizer, req.alpha, drawn)
+    budget.enforce(v1._budget(runtime), flops, size, budget.analyze_memory(dims, head_dims, size))
+    t1 = time.perf_counter()
+    margin = runtime.settings.diag_saturation_margin
+    rows = []
+    for e in head_dims:
+        if drawn:
+            query, key = draw_normal((B, H, L, e), req.seed)
+        assert query is not None and key is not None
+        rows += analyze(
+            query,
+            key,
+            points=[pt for pt in points if pt.head_dim == e],
+            normalizer=req.normalizer,
+            alpha=req.alpha,
+            mask=mask,
+            causal=req.causal_alignment,
+            key_lengths=key_lengths,
+            vanishing_threshold=req.vanishing_threshold,
+            saturation_margin=margin,
+        )
+    t2 = time.perf_counter()
+    return {
+        "sweep": [r.as_dict() for r in rows],
+        "normalizer": req.normalizer,
+        "shape": [B, H, L, S],
+        "kv_heads": Hkv,
+        "seed": req.seed if drawn else None,
+        "vanishing_threshold": req.vanishing_threshold,
+        "saturation_margin": margin,
+        "timing_ms": v1._timing(start=t0, decode=t1, compute=t2),
+    }
+
+
+def decode_mask(value: Any, limits: codecs.TensorLimits) -> np.ndarray:
+    """A mask as /v1/attention takes it: boolean, or float (finite or -inf) in float64."""
+    mask = v1.decode_tensor(value, "mask", kind="mask", limits=limits)
+    return v1._float_mask_as(mask, np.dtype(np.float64)) if mask.dtype != bool else mask
+
+
+@router.post(
+    "/attention/analyze",
+    response_model=AnalyzeResponse,
+    responses=v1.PROBLEM_RESPONSES,
+    summary="Training-health analysis: a sweep over scales, temperatures and head dimensions",
+    openapi_extra=v1._json_body("AnalyzeRequest"),
+)
+async def post_attention_analyze(request: Request) -> Response:
+    """Score spread, entropy, saturation and the normalizer's Jacobian norm for each scale, temperature and (when Q
+    and K are drawn from `shape`) head dimension: what the 1/sqrt(d_k) scale and the temperature do to gradients.
+    """
+    raw = await read_body(request)
+    return await run_cpu(request, len(raw), _analyze_response, request.app.state.runtime, raw)
+
+
+def _analyze_response(runtime: Runtime, raw: bytes) -> Response:
+    req = v1._validate(AnalyzeRequest, parse_json_object(raw))  # type: ignore[arg-type]
+    return json_response(compute_analyze(runtime, req))
