@@ -220,7 +220,9 @@ def compute_analyze(runtime: Runtime, req: AnalyzeRequest) -> dict[str, Any]:
 def decode_mask(value: Any, limits: codecs.TensorLimits) -> np.ndarray:
     """A mask as /v1/attention takes it: boolean, or float (finite or -inf) in float64."""
     mask = v1.decode_tensor(value, "mask", kind="mask", limits=limits)
-    return v1._float_mask_as(mask, np.dtype(np.float64)) if mask.dtype != bool else mask
+    as_float = v1._float_mask_as(mask, np.dtype(np.float64))
+    assert as_float is not None  # None only for a missing mask
+    return as_float
 
 
 @router.post(
