@@ -36,6 +36,8 @@ from service.runtime import Runtime
 router = APIRouter(prefix="/v1", tags=["gradients"])
 
 TENSOR_RESULTS = ("grad_query", "grad_key", "grad_value", "grad_mask", "output", "weights")
+BACKWARD_TENSORS = (*v1.ATTENTION_TENSORS, "grad_output", "grad_weights")
+ANALYZE_TENSORS = ("query", "key", "mask")
 
 
 def _invalid(msg: str, loc: list[str | int]) -> ProblemError:
@@ -123,7 +125,7 @@ async def post_attention_backward(request: Request) -> Response:
 
 
 def _backward_response(runtime: Runtime, raw: bytes) -> Response:
-    req = v1._validate(AttentionBackwardRequest, parse_json_object(raw))
+    req = v1._validate(AttentionBackwardRequest, parse_json_object(raw, BACKWARD_TENSORS))
     return json_response(compute_backward(runtime, req))
 
 
@@ -241,5 +243,5 @@ async def post_attention_analyze(request: Request) -> Response:
 
 
 def _analyze_response(runtime: Runtime, raw: bytes) -> Response:
-    req = v1._validate(AnalyzeRequest, parse_json_object(raw))  # type: ignore[arg-type]
+    req = v1._validate(AnalyzeRequest, parse_json_object(raw, ANALYZE_TENSORS))  # type: ignore[arg-type]
     return json_response(compute_analyze(runtime, req))
