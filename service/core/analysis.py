@@ -44,7 +44,6 @@ from service.core.types import AttentionInputs, AttentionParams, Causal
 __all__ = ["SweepPoint", "SweepRow", "analyze", "draw_normal", "sweep_points"]
 
 
-
 @dataclass(frozen=True, slots=True)
 class SweepPoint:
     """One point of a sweep."""

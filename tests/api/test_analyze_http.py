@@ -128,7 +128,7 @@ def test_bad_inputs_are_422_naming_the_field(client, body: dict, loc: list) -> N
 
 
 def test_drawn_shapes_are_bounded_with_413() -> None:
-    settings = Settings(enable_onnx=False, max_work_flops=1e7, max_tensor_elements=1 << 16)
+    settings = Settings(enable_onnx=False, max_work_flops=1e8, max_tensor_elements=1 << 16)
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         assert c.post("/v1/attention/analyze", json={"shape": [1, 1, 32, 16]}).status_code == 200
         assert_problem(c.post("/v1/attention/analyze", json={"shape": [64, 64, 64, 64]}), 413, detail="elements")
