@@ -121,6 +121,77 @@ def check_params(params: AttentionParams) -> None:
         )
 
 
+def overflow_error(dtype: np.dtype | type, what: str = "the scores") -> NumericalError:
+    """The 422 for a result that does not fit the compute dtype (never a silent dead row or a null)."""
+    name = np.dtype(dtype).name
+    hint = "retry with precision float64 or smaller inputs" if name != "float64" else "use smaller inputs"
+    return NumericalError(
+        f"{what} overflow {name} (|(scale * q.k + bias) / temperature| > {float(np.finfo(dtype).max):.3g} at a "
+        f"position no mask removes); {hint}"
+    )
+
+
+def score_factor(scale: float, temperature: float, dtype: np.dtype | type) -> float:
+    """``scale / temperature`` (computed in float64, rounded once to ``dtype``), the factor Q is multiplied by.
+
+    A factor that underflows to 0 is right (scores below the dtype's resolution: uniform softmax); one that
+    overflows is a :class:`NumericalError` (every score would be infinite).
+    """
+    factor = scale / temperature
+    with np.errstate(over="ignore"):
+        rounded = np.dtype(dtype).type(factor)
+    if not np.isfinite(rounded):
+        raise NumericalError(
+            f"scale / temperature = {factor:.3g} overflows {np.dtype(dtype).name}; "
+            "use precision float64 or a larger temperature"
+        )
+    return float(rounded)
+
+
+def scaled_bias(bias: np.ndarray, temperature: float, dtype: np.dtype | type, *, check: bool = True) -> np.ndarray:
+    """A float mask divided by the temperature: divided in float64 and rounded once to ``dtype``.
+
+    ``-inf`` (a masked position) stays ``-inf``. A finite entry whose quotient does not fit ``dtype`` is a
+    :class:`NumericalError` (``check``): turning it into ``-inf`` would mask the position, and a row whose
+    every entry overflowed would silently become a dead row.
+    """
+    dtype = np.dtype(dtype)
+    with np.errstate(over="ignore", under="ignore"):
+        quotient = np.asarray(bias, dtype=np.float64) / float(temperature)
+        out = quotient.astype(dtype)
+    if check and not np.isfinite(out).all():
+        bad = np.isfinite(bias) & ~np.isfinite(out)
+        if bad.any():
+            idx = np.unravel_index(int(np.flatnonzero(bad)[0]), bad.shape)
+            raise NumericalError(
+                f"the float mask divided by the temperature overflows {dtype.name} "
+                f"(a mask entry / temperature = {float(quotient[idx]):.3g}); "
+                "use precision float64 or a larger temperature"
+            )
+    return out
+
+
+def check_scores_finite(scores: np.ndarray, keep: np.ndarray | None, dtype: np.dtype | type) -> None:
+    """Scores returned to the client must be finite wherever no mask removes the position (``-inf`` = masked)."""
+    if np.isfinite(scores).all():
+        return
+    bad = ~np.isfinite(scores)
+    if keep is not None:
+        bad &= keep
+    if bad.any():
+        raise overflow_error(dtype)
+
+
+def check_live_rows(dead: np.ndarray, valid_keys: np.ndarray, dtype: np.dtype | type) -> None:
+    """``dead`` (rows whose scores are all ``-inf``) may only hold rows that every mask removed.
+
+    A row with valid keys whose scores all overflowed to ``-inf`` would otherwise be answered as a
+    fully masked row (zeros), silently.
+    """
+    if dead.any() and (dead & (valid_keys > 0)).any():
+        raise overflow_error(dtype)
+
+
 def _as_compute(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=dtype)
 
@@ -132,10 +203,13 @@ class _Prepared:
     v: np.ndarray
     dims: Dims
     valid_keys: np.ndarray
-    factor: float  # scale / temperature
+    factor: float  # scale / temperature, rounded to the compute dtype
+    scale: float
+    temperature: float
     q5: np.ndarray  # q viewed as (B, Hkv, G, L, E)
     drop5: np.ndarray | None  # True = masked out, as (B|1, Hkv|1, G|1, L|1, S|1)
     bias5: np.ndarray | None  # additive bias already divided by the temperature, same layout
+    raw_bias5: np.ndarray | None  # the additive bias as given (relu: its weights ignore the temperature)
 
 
 def _prepare(inputs: AttentionInputs, params: AttentionParams, dtype: np.dtype) -> _Prepared:
@@ -148,25 +222,34 @@ def _prepare(inputs: AttentionInputs, params: AttentionParams, dtype: np.dtype) 
     k = _as_compute(promote_to_4d(inputs.key), dtype)
     v = _as_compute(promote_to_4d(inputs.value), dtype)
     target = dims.weights_shape
-    keep, bias = split_mask(inputs.mask, target)
-    if bias is not None:  # divided first: a bias that overflows to -inf masks its position too
-        with np.errstate(over="ignore"):
-            bias = np.asarray(bias, dtype=dtype) / dtype.type(params.temperature)
+    keep, raw_bias = split_mask(inputs.mask, target)
     keep = combine_keep(
-        keep, bias, causal=params.causal, key_lengths=inputs.key_lengths, batch=dims.B, L=dims.L, S=dims.S
+        keep, raw_bias, causal=params.causal, key_lengths=inputs.key_lengths, batch=dims.B, L=dims.L, S=dims.S
     )
+    # relu's weights do not depend on the temperature, so only the other normalizers refuse a
+    # bias / temperature or scale / temperature that overflows the compute dtype.
+    relu = params.normalizer == "relu"
+    bias = None if raw_bias is None else scaled_bias(raw_bias, params.temperature, dtype, check=not relu)
     drop = None if keep is None else ~keep
     scale = params.scale if params.scale is not None else 1.0 / math.sqrt(dims.E)
+    if relu:
+        with np.errstate(over="ignore", under="ignore"):
+            factor = float(dtype.type(scale / params.temperature))
+    else:
+        factor = score_factor(scale, params.temperature, dtype)
     return _Prepared(
         q=q,
         k=k,
         v=v,
         dims=dims,
         valid_keys=valid_key_counts(keep, target),
-        factor=scale / params.temperature,
+        factor=factor,
+        scale=scale,
+        temperature=params.temperature,
         q5=_split_heads(q, dims),
         drop5=_mask5(drop, dims),
         bias5=_mask5(bias, dims),
+        raw_bias5=_mask5(None if raw_bias is None else np.asarray(raw_bias, dtype=dtype), dims) if relu else None,
     )
 
 
@@ -272,15 +355,57 @@ def _chunk_scores(p: _Prepared, c: _Chunk, out: np.ndarray) -> None:
         np.copyto(z4, -np.inf, where=drop)
 
 
-def _exp_shifted(z: np.ndarray) -> np.ndarray:
-    """In place ``z <- exp(z - rowmax)``; returns the row sums, with 0 (fully masked rows) replaced by 1."""
+def _exp_shifted(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """In place ``z <- exp(z - rowmax)``; returns the row sums, with 0 (fully masked rows) replaced by 1,
+    and which rows had no finite score (all ``-inf``)."""
     m = z.max(axis=-1, keepdims=True)
-    m[np.isneginf(m)] = 0  # a fully masked row: exp(-inf - 0) = 0, not exp(-inf + inf) = NaN
+    dead = np.isneginf(m)
+    m[dead] = 0  # a fully masked row: exp(-inf - 0) = 0, not exp(-inf + inf) = NaN
     z -= m
     np.exp(z, out=z)
     s: np.ndarray = z.sum(axis=-1, keepdims=True)
     s[s == 0] = 1
-    return s
+    return s, dead[..., 0]
+
+
+def _chunk_valid(p: _Prepared, c: _Chunk) -> np.ndarray:
+    """Valid key counts of chunk ``c``'s rows, as (kv heads, rows)."""
+    d = p.dims
+    part = p.valid_keys.reshape(d.B, d.Hkv, d.group, d.L)[c.b, c.kv, c.g, c.l]
+    return part.reshape(part.shape[0], -1)
+
+
+def _chunk_keep(p: _Prepared, c: _Chunk) -> np.ndarray | None:
+    """The keep mask of chunk ``c`` as a (kv heads|1, groups|1, rows|1, S|1) broadcastable array."""
+    drop = _mask_chunk(p.drop5, c)
+    return None if drop is None else ~drop
+
+
+def _relu_chunk(p: _Prepared, c: _Chunk, scores_out: np.ndarray | None) -> np.ndarray:
+    """ReLU weights of chunk ``c`` (kv heads, rows, S) in float64, from ``y = scale * Q K^T + bias``.
+
+    ``relu(y / T) / sum relu(y / T)`` does not depend on T > 0, so the temperature is left out (a
+    temperature of 1e300, or one that makes the scores overflow, cannot turn a row into zeros), and y is
+    formed in float64, where a float32 request's scores can neither overflow nor underflow. The row is
+    then scaled by its largest value before summing (semantics.md; :func:`normalizers.relu_normalize`).
+    ``scores_out`` (when given) receives the scores ``y / T`` rounded to the compute dtype.
+    """
+    d = p.dims
+    q = p.q5[c.b, c.kv, c.g, c.l].astype(np.float64)
+    nkv, ng, nl = q.shape[0], q.shape[1], q.shape[2]
+    y = np.matmul(q.reshape(nkv, ng * nl, d.E), p.k[c.b, c.kv].astype(np.float64).transpose(0, 2, 1))
+    y *= p.scale
+    y4 = y.reshape(nkv, ng, nl, d.S)
+    bias = _mask_chunk(p.raw_bias5, c)
+    if bias is not None:
+        y4 += bias
+    drop = _mask_chunk(p.drop5, c)
+    if drop is not None:
+        np.copyto(y4, -np.inf, where=drop)
+    if scores_out is not None:
+        scores_out[...] = y / p.temperature
+        check_scores_finite(scores_out.reshape(y4.shape), _chunk_keep(p, c), scores_out.dtype)
+    return normalizers.relu_normalize(y)
 
 
 def _forward_chunk(
@@ -299,14 +424,24 @@ def _forward_chunk(
         z = _chunk_rows(weights5, c)
     else:
         z = np.empty((out.shape[0], out.shape[1], d.S), dtype=out.dtype)
-    # float32 scores beyond ~3e38 overflow; run_attention reports that as a NumericalError.
+    # float32 scores beyond ~3e38 overflow: reported as a NumericalError (never a dead row or a null).
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        v = p.v[c.b, c.kv]
+        if normalizer == "relu":
+            a = _relu_chunk(p, c, None if scores5 is None else _chunk_rows(scores5, c))
+            if weights5 is not None:
+                z[...] = a
+                np.matmul(z, v, out=out)
+            else:
+                np.matmul(a.astype(out.dtype), v, out=out)
+            return
         _chunk_scores(p, c, z)
         if scores5 is not None:
+            check_scores_finite(z.reshape(z.shape[0], -1, c.l.stop - c.l.start, d.S), _chunk_keep(p, c), z.dtype)
             _chunk_rows(scores5, c)[...] = z
-        v = p.v[c.b, c.kv]
         if normalizer == "softmax":
-            sums = _exp_shifted(z)
+            sums, dead = _exp_shifted(z)
+            check_live_rows(dead, _chunk_valid(p, c), z.dtype)
             if weights5 is not None:
                 z /= sums
                 np.matmul(z, v, out=out)
@@ -314,6 +449,7 @@ def _forward_chunk(
                 np.matmul(z, v, out=out)
                 out /= sums
         else:
+            check_live_rows(np.isneginf(z.max(axis=-1)), _chunk_valid(p, c), z.dtype)
             a = normalizers.normalize(z, normalizer, alpha=alpha)
             if weights5 is not None:
                 z[...] = a
@@ -360,10 +496,7 @@ def run_attention(task: AttentionTask, *, executor: Executor | None = None, work
         for c in chunks:
             work(c)
     if not np.isfinite(output).all():
-        raise NumericalError(
-            f"the attention output is not finite in {np.dtype(dtype).name}: the scores overflowed "
-            "(|scale * q.k| too large); retry with precision float64 or smaller inputs"
-        )
+        raise overflow_error(dtype, "the attention output is not finite: the scores")
     rank = task.inputs.query.ndim
     lead = task.inputs.query.shape[:-1]
     return AttentionResult(

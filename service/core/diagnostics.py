@@ -289,7 +289,8 @@ def _score_stats(scores: np.ndarray) -> dict[str, Any] | None:
     flat = scores.reshape(-1)
     if flat.size == 0 or not np.issubdtype(flat.dtype, np.number):
         return None
-    n, lo, hi, mean, var = _moments(flat, 1.0)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected just below and redone scaled
+        n, lo, hi, mean, var = _moments(flat, 1.0)
     if n == 0:
         return None
     if not (math.isfinite(mean) and math.isfinite(var)):

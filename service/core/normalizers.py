@@ -94,7 +94,8 @@ def _apply_rows(z: np.ndarray, axis: int, fn: Callable[[np.ndarray], np.ndarray]
     rows = zm.reshape(-1, d)
     out = np.empty(rows.shape, dtype=z.dtype)
     step = max(1, _CHUNK_ELEMENTS // d)
-    with np.errstate(under="ignore"):
+    # z - max may overflow to -inf (e.g. -1e308 - 1e308): such an entry is far below the support anyway.
+    with np.errstate(under="ignore", over="ignore"):
         for start in range(0, rows.shape[0], step):
             out[start : start + step] = fn(rows[start : start + step])
     return np.moveaxis(out.reshape(shape), -1, axis)
@@ -145,7 +146,8 @@ def softmax(z: np.ndarray, axis: int = -1, *, out: np.ndarray | None = None) -> 
         if z.size == 0:
             return np.zeros_like(z)
         m = _row_max(z, axis)
-        res: np.ndarray = np.subtract(z, m)
+        with np.errstate(over="ignore"):  # z - max overflowing to -inf has weight exp(-inf) = 0: right
+            res: np.ndarray = np.subtract(z, m)
     else:
         if out.shape != z.shape:
             raise ValueError(f"out has shape {out.shape}, expected {z.shape}")
@@ -154,7 +156,8 @@ def softmax(z: np.ndarray, axis: int = -1, *, out: np.ndarray | None = None) -> 
         if z.size == 0:
             return out
         m = _row_max(z, axis)
-        res = np.subtract(z, m, out=out)
+        with np.errstate(over="ignore"):  # z - max overflowing to -inf has weight exp(-inf) = 0: right
+            res = np.subtract(z, m, out=out)
     with np.errstate(under="ignore"):
         np.exp(res, out=res)
         s = _safe_denominator(np.sum(res, axis=axis, keepdims=True))
@@ -165,12 +168,15 @@ def softmax(z: np.ndarray, axis: int = -1, *, out: np.ndarray | None = None) -> 
 def log_softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
     """Log of softmax: ``z - max - log(sum(exp(z - max)))``.
 
-    Masked positions give ``-inf``; a fully masked row gives all ``-inf``.
+    Masked positions give ``-inf``; a fully masked row gives all ``-inf``. A log-probability below the
+    dtype's range comes out ``-inf`` too: callers that must tell it from a masked position compute in a
+    wider dtype (as :func:`service.core.probabilities.normalize_logits` does).
     """
     z = _as_float(z)
     if z.size == 0:
         return np.zeros_like(z)
-    shifted: np.ndarray = z - _row_max(z, axis)
+    with np.errstate(over="ignore"):
+        shifted: np.ndarray = z - _row_max(z, axis)
     with np.errstate(under="ignore"):
         s = _safe_denominator(np.sum(np.exp(shifted), axis=axis, keepdims=True))
     shifted -= np.log(s)
@@ -314,7 +320,9 @@ def relu_normalize(z: np.ndarray, axis: int = -1) -> np.ndarray:
 
     Not a regularised argmax and not shift invariant, so the row max is not
     subtracted; rows are scaled by their largest relu value before summing so
-    huge scores cannot overflow the sum.
+    huge scores cannot overflow the sum. It is invariant to a positive factor
+    (``relu(c z) = c relu(z)``), so callers may leave out the temperature (and,
+    without a bias, the scale) rather than let them underflow or overflow.
     """
     z = _as_float(z)
     if z.size == 0:

@@ -45,29 +45,64 @@ def normalize_logits(
         raise InvalidInput("log=true is only defined for the softmax normalizer", ("log",))
     if not -logits.ndim <= axis < logits.ndim:
         raise InvalidInput(f"axis {axis} is out of range for logits of rank {logits.ndim}", ("axis",))
-    z = np.array(logits, dtype=dtype, copy=True)
+    # (logits + mask) / T is formed in float64 and rounded once to the dtype: no intermediate overflow
+    # (3e38 + 3e38 in float32), no -inf / inf = NaN for a temperature beyond float32's range.
+    z64 = np.array(logits, dtype=np.float64, copy=True)
+    masked: np.ndarray | None = None
     if mask is not None:
         try:
-            np.broadcast_shapes(mask.shape, z.shape)
-            if np.broadcast_shapes(mask.shape, z.shape) != z.shape:
+            if np.broadcast_shapes(mask.shape, z64.shape) != z64.shape:
                 raise ValueError
         except ValueError:
             raise InvalidInput(
-                f"mask shape {tuple(mask.shape)} does not broadcast to the logits shape {tuple(z.shape)}",
+                f"mask shape {tuple(mask.shape)} does not broadcast to the logits shape {tuple(z64.shape)}",
                 ("mask", "shape"),
             ) from None
         if mask.dtype == bool:
-            np.copyto(z, -np.inf, where=~mask)
+            masked = np.broadcast_to(~mask, z64.shape)
         else:
             if np.isnan(mask).any() or np.isposinf(mask).any():
                 raise InvalidInput("a float mask may hold finite numbers or -inf, not NaN or +inf", ("mask",))
-            z += mask.astype(dtype, copy=False)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        z /= temperature  # a tiny temperature may overflow: reported just below, never as NaN
-    if not np.isfinite(z[~np.isneginf(z)]).all():
-        raise InvalidInput(
-            f"logits / temperature overflow {dtype.name}; use precision float64 or a larger temperature", ("logits",)
-        )
-    p = normalizers.normalize(z, normalizer, alpha=alpha, axis=axis)
-    logp = normalizers.log_softmax(z, axis=axis) if with_log else None
+            with np.errstate(over="ignore"):
+                z64 += mask
+            masked = np.broadcast_to(np.isneginf(mask), z64.shape)
+        np.copyto(z64, -np.inf, where=masked)
+    # relu is invariant to a positive temperature (relu(z/T) = relu(z)/T): leaving T out keeps
+    # [1e-40, 2e-40, 0] at T = 1e6 from underflowing into a row of zeros.
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        if normalizer != "relu":
+            z64 /= temperature
+        z = z64.astype(dtype)
+    kept = np.ones(z.shape, dtype=bool) if masked is None else ~masked
+    if not np.isfinite(z[kept]).all():
+        what = "logits + mask" if normalizer == "relu" else "(logits + mask) / temperature"
+        hint = "smaller logits" if normalizer == "relu" else "a larger temperature"
+        wider = "precision float64 or " if dtype != np.float64 else ""
+        raise InvalidInput(f"{what} overflows {dtype.name}; use {wider}{hint}", ("logits",))
+    if normalizer == "relu":  # from the float64 values: subnormal float32 logits keep their ratios
+        p = normalizers.relu_normalize(z64, axis=axis).astype(dtype)
+    else:
+        p = normalizers.normalize(z, normalizer, alpha=alpha, axis=axis)
+    logp = _log_probabilities(z, kept, axis, dtype) if with_log else None
     return Probabilities(probabilities=p, log_probabilities=logp)
+
+
+def _log_probabilities(z: np.ndarray, kept: np.ndarray, axis: int, dtype: np.dtype) -> np.ndarray:
+    """log_softmax of ``z``, computed in float64 and rounded once to ``dtype``.
+
+    ``-inf`` means "masked" on the wire (JSON ``null``), so an unmasked log-probability
+    that does not fit ``dtype`` (float32 logits [3e38, -3e38] give -6e38) is a 422, never a
+    silent ``-inf``.
+    """
+    logp64 = normalizers.log_softmax(z.astype(np.float64), axis=axis)
+    with np.errstate(over="ignore"):
+        logp = logp64.astype(dtype)
+    bad = kept & ~np.isfinite(logp) & np.any(kept, axis=axis, keepdims=True)
+    if bad.any():
+        idx = tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(bad)[0]), bad.shape))
+        raise InvalidInput(
+            f"the log-probability of logits{list(idx)} is {float(logp64[idx]):.3g}, beyond {dtype.name}'s range; "
+            "use precision float64 (or leave out log)",
+            ("logits", *idx),
+        )
+    return logp

@@ -30,8 +30,16 @@ from typing import Any
 
 import numpy as np
 
-from service.core.attention import check_dims, check_params, promote_to_4d
-from service.core.errors import NumericalError
+from service.core.attention import (
+    check_dims,
+    check_live_rows,
+    check_params,
+    check_scores_finite,
+    overflow_error,
+    promote_to_4d,
+    scaled_bias,
+    score_factor,
+)
 from service.core.masks import as_4d_mask, keep_mask, valid_key_counts
 from service.core.types import AttentionResult, AttentionTask
 from service.engines.cost import Cost, onnx_cost
@@ -201,6 +209,9 @@ class OnnxEngine:
         self._manifest: dict[str, Any] | None = None
         self._sessions: dict[str, Any] = {}
         self._input_names: dict[str, frozenset[str]] = {}
+        self._output_names: dict[str, frozenset[str]] = {}
+        self._input_dtypes: dict[str, dict[str, np.dtype]] = {}
+        self._fused: dict[str, bool] = {}
         self._timings: dict[str, dict[str, float]] = {}
         self._requested_providers: list[str] = []
         self._active_providers: list[str] = []
@@ -296,6 +307,9 @@ class OnnxEngine:
         self._manifest = manifest
         self._sessions = sessions
         self._input_names = {name: frozenset(i.name for i in s.get_inputs()) for name, s in sessions.items()}
+        self._output_names = {name: frozenset(o.name for o in s.get_outputs()) for name, s in sessions.items()}
+        self._input_dtypes = {g["name"]: {i["name"]: np.dtype(i["dtype"]) for i in g["inputs"]} for g in manifest["graphs"]}
+        self._fused = {g["name"]: bool(g["supports"]["fused_attention_op"]) for g in manifest["graphs"]}
         self._timings = timings
 
     # ------------------------------------------------------------------ protocol
@@ -409,26 +423,42 @@ class OnnxEngine:
         keep = keep_mask(B, Hq, L, S, mask=inputs.mask, causal=params.causal, key_lengths=inputs.key_lengths)
         valid_keys = valid_key_counts(keep, target)
         scale = params.scale if params.scale is not None else 1.0 / math.sqrt(dims.E)
+        relu = params.normalizer == "relu"
+        mask = inputs.mask
+        float_mask = None if mask is None or np.asarray(mask).dtype == bool else as_4d_mask(np.asarray(mask), target)
+        types = self._input_dtypes[name]
+        if relu:
+            # The relu graphs take scale and temperature in float64 and leave the temperature out of the
+            # weights (relu is invariant to it), as the numpy engine does.
+            factor, temperature, bias = scale, params.temperature, float_mask
+        else:
+            # scale / T and bias / T divided in float64 and rounded once, exactly as the numpy engine
+            # does (a temperature beyond float32's range must not reach the graph as inf).
+            factor, temperature = score_factor(scale, params.temperature, dtype), 1.0
+            bias = None if float_mask is None else scaled_bias(float_mask, params.temperature, dtype)
         feeds = {
             "query": np.ascontiguousarray(promote_to_4d(inputs.query), dtype=dtype),
             "key": np.ascontiguousarray(promote_to_4d(inputs.key), dtype=dtype),
             "value": np.ascontiguousarray(promote_to_4d(inputs.value), dtype=dtype),
-            "scale": np.array(scale, dtype=dtype),
-            "temperature": np.array(params.temperature, dtype=dtype),
+            "scale": np.array(factor, dtype=types.get("scale", dtype)),
+            "temperature": np.array(temperature, dtype=types.get("temperature", dtype)),
         }
         graph_inputs = self._input_names[name]
         if "keep_mask" in graph_inputs:
             # the Attention operator needs the mask's last two dims to be exactly (L, S)
             keep4 = np.ones((1, 1, 1, 1), dtype=bool) if keep is None else keep
             feeds["keep_mask"] = np.ascontiguousarray(np.broadcast_to(keep4, keep4.shape[:2] + (L, S)))
-            mask = inputs.mask
-            if mask is not None and np.asarray(mask).dtype != bool:
-                feeds["bias"] = np.ascontiguousarray(as_4d_mask(np.asarray(mask), target), dtype=dtype)
+            if bias is not None:
+                feeds["bias"] = np.ascontiguousarray(bias, dtype=dtype)
             else:
                 feeds["bias"] = np.zeros((1, 1, 1, 1), dtype=dtype)
         if "alpha" in graph_inputs:
             feeds["alpha"] = np.array(params.alpha, dtype=dtype)
-        wanted = ["output"] + (["weights"] if task.need_weights else []) + (["scores"] if task.need_scores else [])
+        # The weights are fetched whenever the graph computes them anyway (the primitive graphs run
+        # every node whatever is fetched): they show rows whose scores all overflowed to -inf.
+        has_weights = "weights" in self._output_names[name]
+        fetch_weights = task.need_weights or (has_weights and not self._fused[name])
+        wanted = ["output"] + (["weights"] if fetch_weights else []) + (["scores"] if task.need_scores else [])
         fetched = dict(zip(wanted, self._sessions[name].run(wanted, feeds), strict=True))
         cost = self.cost(task)
         if cost is not None and cost.peak_bytes > TRIM_AFTER_BYTES:
@@ -437,6 +467,11 @@ class OnnxEngine:
         weights = fetched.get("weights")
         scores = fetched.get("scores")
 
+        # Overflow is a 422 on both engines alike, never a silent dead row or a null score.
+        if scores is not None:
+            check_scores_finite(scores, keep, dtype)
+        if weights is not None and not relu:  # a live row's weights sum to 1; relu rows may be all 0
+            check_live_rows(weights.sum(axis=-1) == 0, valid_keys, dtype)
         # The contract, whatever the runtime did: fully masked rows are all zeros.
         empty = valid_keys == 0
         if empty.any():
@@ -444,10 +479,9 @@ class OnnxEngine:
             if weights is not None:
                 weights[empty] = 0
         if not np.isfinite(output).all():
-            raise NumericalError(
-                f"the attention output is not finite in {dtype.name}: the scores overflowed "
-                "(|scale * q.k| too large); retry with precision float64 or smaller inputs"
-            )
+            raise overflow_error(dtype, "the attention output is not finite: the scores")
+        if not task.need_weights:
+            weights = None
         lead = inputs.query.shape[:-1]
         rank = inputs.query.ndim
         return AttentionResult(
@@ -511,6 +545,7 @@ class OnnxEngine:
 def _warmup_feeds(entry: dict[str, Any]) -> dict[str, np.ndarray]:
     """Small inputs for one warm-up run: GQA (4 query heads on 2 kv heads), a causal mask."""
     dtype = np.dtype(entry["supports"]["dtype"])
+    types = {i["name"]: np.dtype(i["dtype"]) for i in entry["inputs"]}
     rng = np.random.default_rng(0)
     B, Hq, Hkv, L, S, E, Ev = 1, 4, 2, 3, 5, 8, 8
     feeds = {
@@ -519,8 +554,8 @@ def _warmup_feeds(entry: dict[str, Any]) -> dict[str, np.ndarray]:
         "value": rng.standard_normal((B, Hkv, S, Ev)).astype(dtype),
         "keep_mask": np.tri(L, S, k=S - L, dtype=bool).reshape(1, 1, L, S),
         "bias": np.zeros((1, 1, 1, 1), dtype=dtype),
-        "scale": np.array(1 / math.sqrt(E), dtype=dtype),
-        "temperature": np.array(1.0, dtype=dtype),
+        "scale": np.array(1 / math.sqrt(E), dtype=types.get("scale", dtype)),
+        "temperature": np.array(1.0, dtype=types.get("temperature", dtype)),
         "alpha": np.array(1.7, dtype=dtype),
     }
     names = {i["name"] for i in entry["inputs"]}

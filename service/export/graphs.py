@@ -145,7 +145,10 @@ class _Inputs:
     temperature: str
 
 
-def _declare_inputs(g: GraphBuilder, *, alpha: bool = False, masked: bool = True) -> _Inputs:
+def _declare_inputs(
+    g: GraphBuilder, *, alpha: bool = False, masked: bool = True, factors: int | None = None
+) -> _Inputs:
+    """The graph inputs; ``factors`` is the element type of scale and temperature (the graph's by default)."""
     query = g.input("query", None, Q_SHAPE, "Q (batch, q_heads, q_len, head_dim)")
     key = g.input("key", None, K_SHAPE, "K (batch, kv_heads, kv_len, head_dim); q_heads % kv_heads == 0")
     value = g.input("value", None, V_SHAPE, "V (batch, kv_heads, kv_len, v_head_dim)")
@@ -163,8 +166,8 @@ def _declare_inputs(g: GraphBuilder, *, alpha: bool = False, masked: bool = True
         value=value,
         keep=keep,
         bias=bias,
-        scale=g.input("scale", None, [], "multiplies Q K^T (1/sqrt(head_dim) by convention)"),
-        temperature=g.input("temperature", None, [], "divides the biased scores; > 0"),
+        scale=g.input("scale", factors, [], "multiplies Q K^T (1/sqrt(head_dim) by convention)"),
+        temperature=g.input("temperature", factors, [], "divides the biased scores; > 0"),
     )
     if alpha:
         g.input("alpha", None, [], "entmax alpha > 1")
@@ -313,8 +316,13 @@ def _safe_normalize(g: GraphBuilder, p: str) -> str:
 
 
 def _normalize_relu(g: GraphBuilder, z: str) -> str:
-    # Not shift invariant: no max subtraction. Masked entries are -inf -> relu 0.
-    return _safe_normalize(g, g.op("Relu", z))
+    """``relu(z) / sum relu(z)``, each row first scaled by its largest relu value, as the numpy
+    reference does: the sum of three scores of 3e38 overflows float32, the scaled sum (3) does not.
+    Not shift invariant, so no max subtraction; masked entries are -inf -> relu 0."""
+    r = g.op("Relu", z)
+    m = g.op("ReduceMax", r, g.const([-1], np.int64), keepdims=1)
+    m_safe = g.op("Where", g.op("Greater", m, g.const(0.0)), m, g.const(1.0))
+    return _safe_normalize(g, g.op("Div", r, m_safe))
 
 
 def _normalize_entmax_bisect(g: GraphBuilder, z: str, alpha: str = "alpha") -> str:
@@ -363,7 +371,6 @@ NORMALIZER_BUILDERS: dict[str, Callable[[GraphBuilder, str], str]] = {
     "sparsemax": _normalize_sparsemax,
     "entmax15": _normalize_entmax15,
     "entmax": _normalize_entmax_bisect,
-    "relu": _normalize_relu,
 }
 
 
@@ -408,6 +415,46 @@ def _build_primitive(g: GraphBuilder, *, normalizer: str) -> None:
     g.op("Reshape", y_grouped, g.op("Concat", b_hq_l, _shape(g, ins.value, 3, 4), axis=0), out="output")
     g.output("output", OUT_SHAPE, "A V, zero for fully masked rows")
     g.output("weights", ROW_SHAPE, f"attention weights ({normalizer}), exactly 0 where masked")
+    g.output("scores", ROW_SHAPE, "normalizer input (scale Q K^T + bias) / T, -inf where masked")
+
+
+def _build_relu(g: GraphBuilder) -> None:
+    """ReLU attention, its scores and weights formed in float64 (both dtypes), as the numpy engine does.
+
+    ``relu(y / T) / sum relu(y / T)`` with ``y = scale Q K^T + bias`` does not depend on T > 0, so
+    the weights are computed from y without the temperature: a temperature of 1e300 (whose scores
+    underflow float32) or 1e-40 (whose scores overflow it) cannot turn a row into zeros. scale and
+    temperature are float64 inputs for the same reason (a scale of 1e-46 is 0 in float32). The
+    scores output is ``y / T`` rounded once to the graph's dtype.
+    """
+    ins = _declare_inputs(g, factors=TensorProto.DOUBLE)
+    assert ins.keep is not None and ins.bias is not None
+    b_hkv = _shape(g, ins.key, 0, 2)
+    s_dim = _shape(g, ins.key, 2, 3)
+    b_hq_l = _shape(g, ins.query, 0, 3)
+    minus1 = g.const([-1], np.int64)
+    wide = g.dtype != "float64"
+    q, k, bias = ins.query, ins.key, ins.bias
+    if wide:
+        q, k, bias = (g.op("Cast", x, to=TensorProto.DOUBLE) for x in (q, k, bias))
+    with g.computing_in("float64"):
+        q_grouped = g.op("Reshape", q, g.op("Concat", b_hkv, minus1, _shape(g, ins.query, 3, 4), axis=0))
+        raw = g.op("MatMul", q_grouped, g.op("Transpose", k, perm=[0, 1, 3, 2]))
+        raw = g.op("Reshape", raw, g.op("Concat", b_hq_l, s_dim, axis=0))
+        y = g.op("Add", g.op("Mul", raw, ins.scale), bias)
+        y = g.op("Where", ins.keep, y, g.const(-np.inf))
+        scores = g.op("Div", y, ins.temperature, out=None if wide else "scores")
+        weights = _normalize_relu(g, y)
+    if wide:
+        g.op("Cast", scores, to=g.onnx_dtype, out="scores")
+        g.op("Cast", weights, to=g.onnx_dtype, out="weights")
+    else:
+        g.rename(weights, "weights")
+    p_grouped = g.op("Reshape", "weights", g.op("Concat", b_hkv, minus1, s_dim, axis=0))
+    y_grouped = g.op("MatMul", p_grouped, ins.value)
+    g.op("Reshape", y_grouped, g.op("Concat", b_hq_l, _shape(g, ins.value, 3, 4), axis=0), out="output")
+    g.output("output", OUT_SHAPE, "A V, zero for fully masked rows")
+    g.output("weights", ROW_SHAPE, "attention weights (relu, computed in float64), exactly 0 where masked")
     g.output("scores", ROW_SHAPE, "normalizer input (scale Q K^T + bias) / T, -inf where masked")
 
 
@@ -462,12 +509,18 @@ def _specs() -> list[GraphSpec]:
                     normalizer=normalizer,
                     fused=False,
                     outputs=("output", "weights", "scores"),
-                    build=partial(_build_primitive, normalizer=normalizer),
+                    build=_build_relu if normalizer == "relu" else partial(_build_primitive, normalizer=normalizer),
                     description=(
                         f"{normalizer} attention from primitive ONNX operators, {dtype}: output, weights and scores"
                         + (
                             f"; alpha is an input, {BISECT_ITERATIONS} bisection steps in float64"
                             if normalizer == "entmax"
+                            else ""
+                        )
+                        + (
+                            "; computed in float64 with float64 scale and temperature inputs, the temperature "
+                            "left out of the weights (relu is invariant to it)"
+                            if normalizer == "relu"
                             else ""
                         )
                         + "."
