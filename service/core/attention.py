@@ -357,7 +357,8 @@ def _chunk_scores(p: _Prepared, c: _Chunk, out: np.ndarray) -> None:
 
 def _exp_shifted(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """In place ``z <- exp(z - rowmax)``; returns the row sums, with 0 (fully masked rows) replaced by 1,
-    and which rows had no finite score (all ``-inf``)."""
+    and which rows had no finite score (all ``-inf``).
+    """
     m = z.max(axis=-1, keepdims=True)
     dead = np.isneginf(m)
     m[dead] = 0  # a fully masked row: exp(-inf - 0) = 0, not exp(-inf + inf) = NaN

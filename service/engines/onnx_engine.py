@@ -308,7 +308,9 @@ class OnnxEngine:
         self._sessions = sessions
         self._input_names = {name: frozenset(i.name for i in s.get_inputs()) for name, s in sessions.items()}
         self._output_names = {name: frozenset(o.name for o in s.get_outputs()) for name, s in sessions.items()}
-        self._input_dtypes = {g["name"]: {i["name"]: np.dtype(i["dtype"]) for i in g["inputs"]} for g in manifest["graphs"]}
+        self._input_dtypes = {
+            g["name"]: {i["name"]: np.dtype(i["dtype"]) for i in g["inputs"]} for g in manifest["graphs"]
+        }
         self._fused = {g["name"]: bool(g["supports"]["fused_attention_op"]) for g in manifest["graphs"]}
         self._timings = timings
 

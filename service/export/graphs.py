@@ -16,8 +16,9 @@ keep_mask     (mask_batch, mask_heads, q_len, kv_len) bool, True = may attend; m
                                                       key_lengths and the -inf entries of a float mask.
 bias          (bias_batch, bias_heads, bias_q_len,   additive float mask, broadcastable to
                bias_kv_len)                           (batch, q_heads, q_len, kv_len); (1,1,1,1) zeros if none
-scale         ()                                     multiplies Q K^T
-temperature   ()                                     divides the biased scores
+scale         ()                                     multiplies Q K^T (float64 in the relu graphs)
+temperature   ()                                     divides the biased scores (float64 in the relu graphs;
+                                                      the engine feeds the others scale/T and 1)
 alpha         ()                                     entmax graphs only: alpha > 1
 ============  =====================================  ==========================================
 
@@ -318,7 +319,8 @@ def _safe_normalize(g: GraphBuilder, p: str) -> str:
 def _normalize_relu(g: GraphBuilder, z: str) -> str:
     """``relu(z) / sum relu(z)``, each row first scaled by its largest relu value, as the numpy
     reference does: the sum of three scores of 3e38 overflows float32, the scaled sum (3) does not.
-    Not shift invariant, so no max subtraction; masked entries are -inf -> relu 0."""
+    Not shift invariant, so no max subtraction; masked entries are -inf -> relu 0.
+    """
     r = g.op("Relu", z)
     m = g.op("ReduceMax", r, g.const([-1], np.int64), keepdims=1)
     m_safe = g.op("Where", g.op("Greater", m, g.const(0.0)), m, g.const(1.0))

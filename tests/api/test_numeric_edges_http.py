@@ -96,7 +96,12 @@ def test_relu_is_invariant_to_temperature_and_scale(both, engine, precision, opt
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_relu_scores_that_underflow_are_zero_and_diagnostics_stay_live(both, engine, precision) -> None:
-    res = ok(post(both, {**RELU_ROW, "temperature": 1e300, "return": ["weights", "scores", "diagnostics"]}, engine, precision), engine)
+    res = ok(
+        post(
+            both, {**RELU_ROW, "temperature": 1e300, "return": ["weights", "scores", "diagnostics"]}, engine, precision
+        ),
+        engine,
+    )
     np.testing.assert_allclose(res["weights"], [THIRDS], rtol=tol(precision))
     assert res["diagnostics"]["fully_masked_rows"] == 0
     want = [1e-300, 2e-300, -1e-300] if precision == "float64" else [0.0, 0.0, -0.0]
