@@ -5,19 +5,22 @@
 #
 # BASE_IMAGE must be a Debian-family image with python3 (>= 3.11) and the
 # venv module; both stages use it, so the virtualenv built in the first stage
-# finds the same interpreter in the second. Machines without a registry build
-# on a local base instead (deploy/podman/build-and-smoke.sh makes one with
-# debootstrap).
+# finds the same interpreter in the second. The default is pinned by exact
+# version and digest, so that a rebuild gets the same base (bumping it: see the
+# README, "Deploy"). Machines without a registry build on a local base instead
+# (deploy/podman/build-and-smoke.sh makes one with debootstrap).
 #
-# GPU variant: --build-arg EXTRAS=gpu installs onnxruntime-gpu in place of
-# onnxruntime. onnxruntime-gpu 1.31.1 (what `>=1.20,<2` resolves to today)
-# loads CUDA 13 (libcudart.so.13, libcublas.so.13) and cuDNN 9, which the image
-# must then hold, either
+# Dependencies come from requirements.lock (pip-compile --generate-hashes,
+# `make lock`): exact versions, every file checked against its sha256.
+#
+# GPU variant: --build-arg EXTRAS=gpu installs requirements-gpu.lock, which has
+# onnxruntime-gpu in place of onnxruntime. onnxruntime-gpu 1.31.1 (locked) loads CUDA 13
+# (libcudart.so.13, libcublas.so.13) and cuDNN 9, which the image must then hold, either
 #   - from a CUDA base image: BASE_IMAGE=an nvidia/cuda:<13.x>-cudnn-runtime
 #     image with python3 >= 3.11 and python3-venv, or
-#   - from PyPI, on the default base: the extra as onnxruntime-gpu[cuda,cudnn]
+#   - from PyPI, on the default base: onnxruntime-gpu[cuda,cudnn]
 #     (nvidia-cuda-runtime, nvidia-cublas, nvidia-cudnn-cu13, ...; the ONNX
-#     engine preloads them), several GB larger.
+#     engine preloads them), several GB larger (not in the lock).
 # Either way the host provides the NVIDIA driver (new enough for CUDA 13) and
 # passes the GPU in (`docker run --gpus all`, `podman run --device
 # nvidia.com/gpu=all` with CDI, or an nvidia.com/gpu limit on Kubernetes); set
@@ -25,12 +28,12 @@
 # the libraries the CUDA provider fails to load, ONNX Runtime logs the error
 # and the service runs on CPU (GET /v1/engines shows the active providers).
 
-ARG BASE_IMAGE=python:3.11-slim
+ARG BASE_IMAGE=python:3.11.13-slim-bookworm@sha256:86adf8dbadc3d6e82ee5dd2c74bec2e1c2467cdad47886280501df722372d2e1
 
 # --- build: a virtualenv with the service and its dependencies ---------------
 FROM ${BASE_IMAGE} AS build
 
-# Extras of pyproject.toml to install, comma-separated ("" or "gpu").
+# "" (CPU, requirements.lock) or "gpu" (requirements-gpu.lock).
 ARG EXTRAS=""
 
 # No PYTHONDONTWRITEBYTECODE here: pip compiles the bytecode now, so that the
@@ -41,24 +44,24 @@ ENV PIP_NO_CACHE_DIR=1 \
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # Debian's python refuses system-wide installs (PEP 668): everything goes into
-# /opt/venv, which the runtime stage copies as a whole.
-RUN python3 -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-cache-dir --upgrade pip
+# /opt/venv, which the runtime stage copies as a whole. The venv's pip is the
+# one the base bundles (no upgrade: nothing unpinned enters the image).
+RUN python3 -m venv /opt/venv
 
 WORKDIR /src
 
-# Dependencies first, from pyproject.toml alone, so that code changes do not
-# reinstall them.
-COPY pyproject.toml deploy/docker/requirements_from_pyproject.py ./
-RUN /opt/venv/bin/python requirements_from_pyproject.py pyproject.toml "$EXTRAS" > requirements.txt \
- && /opt/venv/bin/pip install --no-cache-dir -r requirements.txt
+# Dependencies first, from the lock alone, so that code changes do not
+# reinstall them: exact versions, hashes required, nothing resolved here.
+COPY requirements.lock requirements-gpu.lock ./
+RUN lock=requirements.lock; if [ "$EXTRAS" = gpu ]; then lock=requirements-gpu.lock; fi \
+ && /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps -r "$lock"
 
-COPY README.md setup.py MANIFEST.in ./
+COPY pyproject.toml README.md setup.py MANIFEST.in ./
 COPY service/ service/
 # The ONNX graphs become package data (service/models inside the installed package; see setup.py).
 COPY models/ models/
-# --no-deps: the dependencies are in already (and with EXTRAS=gpu, the CPU
-# onnxruntime of the base dependencies must stay out).
+# --no-deps: the dependencies are in already, exactly as locked (and with
+# EXTRAS=gpu, the CPU onnxruntime of the base dependencies must stay out).
 RUN /opt/venv/bin/pip install --no-cache-dir --no-deps . \
  && /opt/venv/bin/python -c "import service.app, onnxruntime; print('onnxruntime', onnxruntime.__version__, onnxruntime.get_available_providers())"
 

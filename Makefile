@@ -4,17 +4,24 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: serve check format test bench bench-engines bench-http load-test export-models image smoke-podman clean
+LOCK   := requirements.lock
+# pip-compile (pip-tools) writes the locks: exact versions with every file's sha256.
+PIP_COMPILE := $(BIN)/pip-compile --quiet --upgrade --generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links
+
+.PHONY: serve check format test bench bench-engines bench-http load-test export-models image smoke-podman lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# The runtime set exactly as locked (what the image runs), then the package and its extras around it.
+$(VENV)/.installed: pyproject.toml $(LOCK) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r $(LOCK)
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-test: pyproject.toml $(LOCK) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r $(LOCK)
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(VENV)/.installed $@
 
@@ -50,7 +57,15 @@ bench-engines: $(VENV)/.installed
 	$(BIN)/python bench/bench_engines.py
 
 export-models: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[export]'
 	$(BIN)/python -m service export-models
+
+# Re-resolve the runtime dependencies within pyproject.toml's ranges: requirements.lock (CPU) and
+# requirements-gpu.lock (onnxruntime-gpu in place of onnxruntime). Commit both; the image installs them.
+lock: | $(BIN)/python
+	$(BIN)/python -m pip install --quiet 'pip-tools>=7.4,<8'
+	$(PIP_COMPILE) --output-file $(LOCK) pyproject.toml
+	$(PIP_COMPILE) --extra gpu --unsafe-package onnxruntime --output-file requirements-gpu.lock pyproject.toml
 
 image:
 	docker build -t attention-service .

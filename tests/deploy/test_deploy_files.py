@@ -36,7 +36,6 @@ DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 COMPOSE = REPO / "docker-compose.yml"
 K8S = REPO / "deploy" / "k8s"
-REQUIREMENTS_HELPER = REPO / "deploy" / "docker" / "requirements_from_pyproject.py"
 
 # The oldest Kubernetes minor we support (its APIs must all exist there) and a
 # recent one (nothing we use may be removed by then). Pinned: the test must not
@@ -194,9 +193,19 @@ def test_hadolint_threshold_catches_warnings(tmp_path: Path) -> None:
     assert result.returncode != 0 and "DL3008" in result.stdout, result.stdout + result.stderr
 
 
+# An exact Python release of the slim Debian image, pinned by digest (README, "Deploy": bumping it).
+PINNED_BASE = re.compile(r"python:3\.11\.\d+-slim-[a-z]+@sha256:[0-9a-f]{64}")
+
+
+def dockerfile_base_image() -> str:
+    instruction, args = dockerfile_instructions()[0]
+    assert instruction == "ARG" and args.startswith("BASE_IMAGE="), (instruction, args)
+    return args.removeprefix("BASE_IMAGE=")
+
+
 def test_dockerfile_base_image_argument() -> None:
     instructions = dockerfile_instructions()
-    assert instructions[0] == ("ARG", "BASE_IMAGE=python:3.11-slim"), instructions[0]
+    assert PINNED_BASE.fullmatch(dockerfile_base_image()), dockerfile_base_image()
     froms = [args for instruction, args in instructions if instruction == "FROM"]
     assert len(froms) >= 2, "multi-stage: a build stage and a runtime stage"
     assert all(args.split()[0] == "${BASE_IMAGE}" for args in froms), froms
@@ -253,6 +262,16 @@ def test_dockerfile_models_ship_in_the_package() -> None:
     copied = [w.rstrip("/") for instruction, args in build if instruction == "COPY" for w in args.split()[:-1]]
     assert {"setup.py", "MANIFEST.in", "models", "service"} <= set(copied), copied
     assert "ATTN_MODELS_DIR" not in final_env()
+
+
+def test_dockerfile_installs_the_locked_dependencies() -> None:
+    """Dependencies from the lock with hashes required; the package itself with --no-deps (nothing resolved)."""
+    (build, *_) = stages()
+    installs = [c.strip() for i, a in build if i == "RUN" for c in a.split("&&") if "pip install" in c]
+    locked = [c for c in installs if "--require-hashes" in c and "-r" in c.split()]
+    assert locked and all("--no-deps" in c for c in installs), installs
+    copied = [w for i, a in build if i == "COPY" for w in a.split()[:-1]]
+    assert {"requirements.lock", "requirements-gpu.lock"} <= set(copied), copied
 
 
 def test_dockerfile_pip_installs_without_cache() -> None:
@@ -330,7 +349,7 @@ def build_context_sources() -> list[str]:
 
 def test_copied_sources_exist_and_are_in_the_context() -> None:
     sources = build_context_sources()
-    assert {"pyproject.toml", "README.md", "service", "models"} <= set(sources), sources
+    assert {"pyproject.toml", "README.md", "service", "models", "requirements.lock"} <= set(sources), sources
     for source in sources:
         assert (REPO / source).exists(), f"COPY {source}: not in the repository"
         assert not excluded_from_context(source), f"COPY {source}: .dockerignore leaves it out"
@@ -370,32 +389,6 @@ def test_context_leaves_out(path: str) -> None:
     assert excluded_from_context(path), f"{path} would be sent into the build context"
 
 
-def load_requirements_helper() -> Any:
-    spec = importlib.util.spec_from_file_location("requirements_from_pyproject", REQUIREMENTS_HELPER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_image_requirements_match_pyproject() -> None:
-    import tomllib
-
-    helper = load_requirements_helper()
-    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    cpu = helper.requirements(pyproject, [])
-    assert cpu == pyproject["project"]["dependencies"]
-    names = {helper.requirement_name(r) for r in cpu}
-    assert "onnxruntime" in names and "onnxruntime-gpu" not in names
-
-    if "gpu" in pyproject["project"].get("optional-dependencies", {}):
-        gpu = {helper.requirement_name(r) for r in helper.requirements(pyproject, ["gpu"])}
-        # Both install the package `onnxruntime`; the image must hold only the GPU build.
-        assert "onnxruntime-gpu" in gpu and "onnxruntime" not in gpu
-    with pytest.raises(SystemExit):
-        helper.requirements(pyproject, ["no-such-extra"])
-
-
 # --------------------------------------------------------------------------- docker-compose.yml
 
 
@@ -405,7 +398,8 @@ def compose() -> dict[str, Any]:
 
 def compose_service() -> dict[str, Any]:
     services = compose()["services"]
-    assert list(services) == ["attention-service"], list(services)
+    # Everything beside the service is opt-in (a profile): `docker compose up` starts the service alone.
+    assert [name for name, s in services.items() if not s.get("profiles")] == ["attention-service"], list(services)
     return services["attention-service"]
 
 
@@ -454,6 +448,8 @@ def test_compose_build_and_ports() -> None:
     build = service["build"]
     assert (REPO / build["context"] / build.get("dockerfile", "Dockerfile")).resolve() == DOCKERFILE
     assert set(build.get("args", {})) <= {"BASE_IMAGE", "EXTRAS"}
+    # Without overrides compose builds on the Dockerfile's pinned base, not a floating tag.
+    assert interpolate_defaults(build["args"]["BASE_IMAGE"]) == dockerfile_base_image()
     targets = [
         int(str(p).rsplit(":", 1)[-1].split("/")[0]) if not isinstance(p, dict) else int(p["target"])
         for p in service["ports"]
