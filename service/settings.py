@@ -6,9 +6,11 @@ table for what each one means.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,6 +25,27 @@ _DIAG = DiagnosticThresholds()
 
 MIN_API_KEY_LENGTH = 16
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")
+
+
+ENV_PREFIX = "ATTN_"
+
+
+def unknown_env_names(environ: Mapping[str, str], fields: set[str]) -> list[str]:
+    """One message per ``ATTN_*`` variable that names no setting, with the closest valid name (difflib).
+
+    pydantic-settings would ignore such a variable: a mistyped limit silently keeps its default.
+    Names are compared case-insensitively, as pydantic-settings reads them.
+    """
+    valid = sorted(ENV_PREFIX + name.upper() for name in fields)
+    problems = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in valid:
+            continue
+        close = difflib.get_close_matches(upper, valid, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else " (README, 'Settings', lists them)"
+        problems.append(f"{name} is not a setting{hint}")
+    return problems
 
 
 class Settings(BaseSettings):
@@ -168,8 +191,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> Settings:
-        """Refuse to start on a setting that would silently weaken the service."""
-        problems = []
+        """Refuse to start on a setting that would silently weaken the service, or an unknown ATTN_* name."""
+        problems = unknown_env_names(os.environ, set(type(self).model_fields))
         if self.api_keys is not None:
             if not self.api_keys:
                 problems.append("ATTN_API_KEYS is set but holds no key; unset it to run without authentication")
