@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Build the image with podman and smoke-test it: the manual check of the
-# Dockerfile on machines without a Docker engine (see the README, "Deploy").
+# Build the image with podman and smoke-test it: the check of the Dockerfile
+# on machines without a Docker engine (see the README, "Deploy"); .ci/run runs
+# it when podman can run (deploy/podman/ci-smoke.sh).
 #
 #   deploy/podman/build-and-smoke.sh            # base (once), build, run, probe, stop
 #   SMOKE_STEPS=base deploy/podman/build-and-smoke.sh   # only the parts named
+#
+# Exit status: 0 passed, 1 failed, 3 podman cannot run on this machine (not
+# root, or `podman info` fails): nothing was tested.
 #
 # Idempotent: podman's configuration and storage, the debootstrap root file
 # system and the logs all live under $PODMAN_SCRATCH (default /tmp/podman-attn),
@@ -29,6 +33,8 @@
 #                   ATTN_METRICS_DIR=/tmp/metrics, on the tmpfs)
 #   SMOKE_API_KEY   ATTN_API_KEYS of the smoke run, sent as a Bearer token
 #                   (default: a random key; empty: no authentication)
+#   SMOKE_PYTHON    interpreter with this repository's dependencies, for the
+#                   comparison with the in-process engine (default: .venv/bin/python)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -42,6 +48,7 @@ WORKERS=${SMOKE_WORKERS:-1}
 API_KEY=${SMOKE_API_KEY-smoke-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
 NAME=attn-smoke
 URL="http://127.0.0.1:${PORT}"
+PYTHON=${SMOKE_PYTHON:-$REPO/.venv/bin/python}
 
 log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
@@ -52,9 +59,11 @@ want() { [[ " $STEPS " == *" $1 "* ]]; }
 # systemd; those lines are noise here.
 pm() { podman "$@" 2> >(grep -v 'unable to get systemd connection' >&2); }
 
+cannot() { log "SKIP: podman cannot run here: $*"; exit 3; }
 for tool in podman runc curl; do
-    command -v "$tool" >/dev/null || die "$tool is missing: apt-get install --no-install-recommends podman runc debootstrap catatonit curl"
+    command -v "$tool" >/dev/null || cannot "$tool is missing: apt-get install --no-install-recommends podman runc debootstrap catatonit curl"
 done
+[[ $(id -u) == 0 ]] || cannot "not root (this script runs rootful podman and debootstrap)"
 
 # --- podman configuration (see /work/shared/notes/containers.md) -------------
 # crun refuses the hybrid cgroup v1/v2 layout: runc. No systemd: cgroupfs and
@@ -84,6 +93,7 @@ EOF
 export CONTAINERS_CONF="$SCRATCH/conf/containers.conf"
 export CONTAINERS_STORAGE_CONF="$SCRATCH/conf/storage.conf"
 export TMPDIR="$SCRATCH/tmp"
+podman info >"$SCRATCH/info.log" 2>&1 || cannot "podman info failed: $(tail -n 3 "$SCRATCH/info.log" | tr '\n' ' ')"
 
 # --- base image: Debian bookworm + python3 + venv, by debootstrap ------------
 if want base; then
@@ -170,15 +180,11 @@ if want run; then
     curl -sf "${auth[@]}" "$URL/v1/engines" >"$SCRATCH/engines.json" || die "GET /v1/engines failed"
     log "engines: $(tr -d '\n' <"$SCRATCH/engines.json" | cut -c1-300)"
 
-    body='{"query": [[1, 0], [0, 1], [1, 1]], "key": [[1, 0], [0, 1]], "value": [[1, 2], [3, 4]], "causal": false, "return": ["output", "weights"]}'
-    for engine in numpy onnx; do
-        req=${body%\}}', "engine": "'$engine'"}'
-        code=$(curl -s -o "$SCRATCH/attention-$engine.json" -w '%{http_code}' "${auth[@]}" \
-            -H 'content-type: application/json' -d "$req" "$URL/v1/attention")
-        [[ $code == 200 ]] || die "POST /v1/attention ($engine) gave $code: $(cat "$SCRATCH/attention-$engine.json")"
-        grep -q '"output"' "$SCRATCH/attention-$engine.json" || die "no output in the $engine response"
-        log "POST /v1/attention engine=$engine 200: $(tr -d '\n' <"$SCRATCH/attention-$engine.json" | cut -c1-200)"
-    done
+    # /v1 (numpy and onnx engines) and /v2 answers equal to the in-process engine's.
+    t1=$(now)
+    SMOKE_API_KEY="$API_KEY" "$PYTHON" "$REPO/deploy/podman/compare_with_engine.py" "$URL" >&2 \
+        || die "the container's answers differ from the in-process engine (see above)"
+    log "/v1 and /v2 answers match the in-process engine ($(since "$t1") s)"
 
     code=$(curl -s -o "$SCRATCH/metrics.txt" -w '%{http_code}' "$URL/metrics")
     log "GET /metrics (no key): $code, $(grep -c '^attn_' "$SCRATCH/metrics.txt" || true) attn_* samples"

@@ -1,0 +1,103 @@
+"""Send /v1 and /v2 requests to a running container and compare its answers with the in-process engine.
+
+    python deploy/podman/compare_with_engine.py URL        # API key, if any, in SMOKE_API_KEY
+
+The same requests go through the app built in this process (numpy engine,
+``create_app`` with the ONNX engine off) and the container's answers must
+match within float32 tolerance, for ``engine=numpy`` and ``engine=onnx`` on
+``/v1/attention`` and for ``/v2/models/attention/infer``. Standard library
+plus this repository's own package; exits 1 with the first difference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from service.app import create_app  # noqa: E402
+from service.settings import Settings  # noqa: E402
+
+RTOL, ATOL = 1e-4, 1e-5  # float32, two engines and two processes
+
+
+def requests() -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, path, JSON body)."""
+    rng = np.random.default_rng(12)
+    q, k, v = (rng.standard_normal(shape).round(3) for shape in ((2, 3, 4), (2, 5, 4), (2, 5, 3)))
+    v1 = {"query": q.tolist(), "key": k.tolist(), "value": v.tolist(), "causal": "bottom_right"}
+    v1 |= {"return": ["output", "weights"]}
+    v2 = {
+        "id": "smoke",
+        "inputs": [
+            {"name": name, "shape": list(a.shape), "datatype": "FP32", "data": a.ravel().tolist()}
+            for name, a in (("query", q), ("key", k), ("value", v))
+        ],
+        "parameters": {"causal": "bottom_right", "normalizer": "sparsemax", "diagnostics": False},
+    }
+    return [
+        ("/v1 numpy", "/v1/attention", v1 | {"engine": "numpy"}),
+        ("/v1 onnx", "/v1/attention", v1 | {"engine": "onnx"}),
+        ("/v2 attention", "/v2/models/attention/infer", v2),
+    ]
+
+
+def outputs(body: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The named output tensors of a /v1 or /v2 answer."""
+    if "outputs" in body:  # /v2
+        return {o["name"]: np.asarray(o["data"], dtype=np.float64).reshape(o["shape"]) for o in body["outputs"]}
+    return {name: np.asarray(body[name], dtype=np.float64) for name in ("output", "weights") if name in body}
+
+
+def post(url: str, path: str, body: dict[str, Any], key: str) -> tuple[int, dict[str, Any]]:
+    headers = {"content-type": "application/json"} | ({"authorization": f"Bearer {key}"} if key else {})
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, {"error": exc.read().decode(errors="replace")[:500]}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    url, key = argv[0].rstrip("/"), os.environ.get("SMOKE_API_KEY", "")
+    with TestClient(create_app(Settings(enable_onnx=False, api_keys=None))) as local:
+        for label, path, body in requests():
+            status, remote = post(url, path, body, key)
+            if status != 200:
+                print(f"FAIL {label}: the container answered {status}: {remote}", file=sys.stderr)
+                return 1
+            local_body = dict(body)
+            if path.startswith("/v1"):
+                local_body["engine"] = "numpy"
+            expected = local.post(path, json=local_body)
+            assert expected.status_code == 200, expected.text
+            want, got = outputs(expected.json()), outputs(remote)
+            if set(want) != set(got) or not want:
+                print(f"FAIL {label}: outputs {sorted(got)}, expected {sorted(want)}", file=sys.stderr)
+                return 1
+            for name in want:
+                if want[name].shape != got[name].shape or not np.allclose(got[name], want[name], RTOL, ATOL):
+                    diff = np.max(np.abs(got[name] - want[name])) if want[name].shape == got[name].shape else "shape"
+                    print(f"FAIL {label}: {name} differs from the in-process engine ({diff})", file=sys.stderr)
+                    return 1
+            engine = remote.get("engine") or remote.get("parameters", {}).get("engine")
+            engine = engine.get("name") if isinstance(engine, dict) else engine
+            print(f"{label}: 200, {', '.join(sorted(want))} equal to the in-process numpy engine (ran on {engine})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
