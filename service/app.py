@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -26,6 +27,7 @@ from service.engines.base import Engine
 from service.engines.dispatch import EngineDispatcher
 from service.engines.numpy_engine import NumpyEngine
 from service.middleware import install_hardening
+from service.observability.tracing import install_tracing
 from service.runtime import Runtime
 from service.settings import Settings
 
@@ -57,8 +59,14 @@ def default_engines(settings: Settings) -> dict[str, Engine]:
     return engines
 
 
-def create_app(settings: Settings | None = None, *, engines: Mapping[str, Engine] | None = None) -> FastAPI:
-    """Build the service. ``engines`` replaces the default set (tests inject their own)."""
+def create_app(
+    settings: Settings | None = None,
+    *,
+    engines: Mapping[str, Engine] | None = None,
+    tracer_provider: Any | None = None,
+) -> FastAPI:
+    """Build the service. ``engines`` replaces the default set (tests inject their own);
+    ``tracer_provider`` the OTLP exporter of ``ATTN_TRACING`` (tests pass an in-memory one)."""
     settings = settings or Settings()
     engine_map = dict(engines) if engines is not None else default_engines(settings)
     runtime = Runtime(
@@ -91,5 +99,6 @@ def create_app(settings: Settings | None = None, *, engines: Mapping[str, Engine
     if settings.gzip_level > 0:  # large answers compressed for clients that accept gzip
         app.add_middleware(GZipIfAccepted, minimum_size=settings.gzip_min_bytes, compresslevel=settings.gzip_level)
     install_openapi(app, [AttentionRequest, SoftmaxRequest, AttentionBackwardRequest, AnalyzeRequest])
-    install_hardening(app, settings)  # last: middleware, /metrics and the error responses in the schema
+    install_hardening(app, settings)  # middleware, /metrics and the error responses in the schema
+    install_tracing(app, settings.tracing, tracer_provider)  # outermost, only when ATTN_TRACING is on
     return app

@@ -167,6 +167,11 @@ class Settings(BaseSettings):
         description="prometheus-client multiprocess directory (PROMETHEUS_MULTIPROC_DIR); required when workers > 1.",
     )
     log_format: Literal["json", "text"] = Field("json", description="Log lines as JSON objects or plain text.")
+    tracing: bool = Field(
+        False,
+        description="OpenTelemetry tracing (needs the 'tracing' extra): a span per request, continuing the "
+        "caller's traceparent, with decode, engine and encode spans; exported over OTLP (OTEL_* variables).",
+    )
     shutdown_grace_s: float = Field(
         30.0, ge=0, description="On SIGTERM, how long requests in flight may take to finish before they are cancelled."
     )

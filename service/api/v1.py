@@ -22,6 +22,7 @@ from service.core.probabilities import normalize_logits
 from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask
 from service.engines.base import Engine
 from service.engines.dispatch import Admit, EngineNotReady, EngineOverBudget, EngineUnavailable
+from service.observability.tracing import record_phases
 from service.runtime import Runtime
 
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -101,6 +102,7 @@ def _timing(**marks: float) -> dict[str, float]:
         name: round((t1 - t0) * 1e3, 3) for name, t0, t1 in zip(names, times, times[1:], strict=False)
     }  # names has one key fewer than times
     out["total"] = round((times[-1] - times[0]) * 1e3, 3)
+    record_phases(marks)  # the same intervals as spans, when tracing is on
     return out
 
 

@@ -29,6 +29,8 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from service.observability.tracing import span
+
 disable_created_metrics()  # no ``*_created`` series: they double the output and nothing here reads them
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -146,7 +148,8 @@ class TimedDispatcher:
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
-        out = self._inner.run(*args, **kwargs)
+        with span("engine"):
+            out = self._inner.run(*args, **kwargs)
         choice = out[1] if isinstance(out, tuple) and len(out) == 2 else None
         name, provider = getattr(choice, "name", None), getattr(choice, "provider", None)
         if isinstance(name, str) and isinstance(provider, str):

@@ -20,8 +20,13 @@ REPO = Path(__file__).resolve().parents[2]
 LOCK, GPU_LOCK = REPO / "requirements.lock", REPO / "requirements-gpu.lock"
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 # Modules only the extras use: service/export (onnx, the `export` extra), service/client.py (httpx,
-# `client`), service/openapi.py (PyYAML, for the `openapi` command, in `test`).
-EXTRA_MODULES = {"service/export": {"onnx"}, "service/client.py": {"httpx"}, "service/openapi.py": {"yaml"}}
+# `client`), service/openapi.py (PyYAML, for the `openapi` command, in `test`), tracing (`tracing`).
+EXTRA_MODULES = {
+    "service/export": {"onnx"},
+    "service/client.py": {"httpx"},
+    "service/openapi.py": {"yaml"},
+    "service/observability/tracing.py": {"opentelemetry"},  # the `tracing` extra, imported only when on
+}
 
 
 def parse_lock(path: Path) -> dict[str, tuple[str, list[str]]]:
