@@ -66,7 +66,8 @@ def create_app(
     tracer_provider: Any | None = None,
 ) -> FastAPI:
     """Build the service. ``engines`` replaces the default set (tests inject their own);
-    ``tracer_provider`` the OTLP exporter of ``ATTN_TRACING`` (tests pass an in-memory one)."""
+    ``tracer_provider`` the OTLP exporter of ``ATTN_TRACING`` (tests pass an in-memory one).
+    """
     settings = settings or Settings()
     engine_map = dict(engines) if engines is not None else default_engines(settings)
     runtime = Runtime(

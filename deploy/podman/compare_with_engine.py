@@ -22,10 +22,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from service.app import create_app  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from service.app import create_app
+from service.settings import Settings
 
 RTOL, ATOL = 1e-4, 1e-5  # float32, two engines and two processes
 

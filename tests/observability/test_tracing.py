@@ -1,6 +1,7 @@
 """OpenTelemetry tracing (service/observability/tracing.py): off by default; on, a server span per request
 continuing the caller's W3C traceparent, with decode, engine and encode child spans. Uses the SDK's
-in-memory exporter (the `tracing` extra, installed by the `test` extra)."""
+in-memory exporter (the `tracing` extra, installed by the `test` extra).
+"""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ import pytest
 pytest.importorskip("opentelemetry.sdk.trace", reason="the tracing extra is not installed")
 pytest.importorskip("opentelemetry.instrumentation.asgi", reason="the tracing extra is not installed")
 
-from fastapi.testclient import TestClient  # noqa: E402
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from fastapi.testclient import TestClient
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from service.app import create_app  # noqa: E402
-from service.observability import tracing  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from service.app import create_app
+from service.observability import tracing
+from service.settings import Settings
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"

@@ -1,5 +1,6 @@
 """The lock files: complete for the runtime set, exact, hashed, within pyproject.toml's ranges;
-the runtime set is what the server imports (onnx and httpx are extras); the README's versions are the lock's."""
+the runtime set is what the server imports (onnx and httpx are extras); the README's versions are the lock's.
+"""
 
 from __future__ import annotations
 
