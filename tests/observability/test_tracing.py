@@ -41,6 +41,7 @@ def traced() -> Iterator[tuple[TestClient, InMemorySpanExporter]]:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     app = create_app(Settings(enable_onnx=False, tracing=True), tracer_provider=provider)
     with TestClient(app) as client:
+        assert app.state.runtime.startup_done.wait(60)  # /v2 answers 503 until the engines started
         yield client, exporter
 
 
