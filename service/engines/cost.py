@@ -71,7 +71,7 @@ ONNX_BYTES_PER_SCORE: dict[str, float] = {
     "softmax_fused_weights_f64": 34.0,
     "softmax_f32": 24.0,
     "softmax_f64": 48.0,
-    "relu_f32": 18.0,
+    "relu_f32": 30.0,
     "relu_f64": 34.0,
     "sparsemax_f32": 52.0,
     "sparsemax_f64": 66.0,

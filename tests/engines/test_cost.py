@@ -70,6 +70,7 @@ CHILD = ROOT / "bench" / "bench_costs.py"
         ("onnx", "softmax", None, "float32", True),
         ("onnx", "sparsemax", None, "float32", True),
         ("onnx", "entmax15", None, "float64", True),
+        ("onnx", "relu", None, "float32", True),
         ("numpy", "entmax", 1.3, "float32", False),
     ],
 )
