@@ -188,6 +188,22 @@ def backward_memory(dims: Dims, returned: Collection[str], precision: str, respo
     return 3 * inputs + block + full + cost.NUMPY_THREAD_SCRATCH_BYTES + response_bytes
 
 
+BACKWARD_GRAPH_ARRAYS_PER_SCORE = 10
+"""Full (B, Hq, L, S) tensors the ONNX backward graph holds at its peak: raw and biased scores, softmax,
+weights, dA (twice), A*dA, dZ, dZ*scale/T, and the fetched outputs."""
+
+
+def backward_graph_memory(dims: Dims, precision: str, response_bytes: int) -> int:
+    """Peak bytes of one backward request on the ONNX backward graph, which materialises every
+    (B, Hq, L, S) intermediate (numpy works on row chunks instead: :func:`backward_memory`).
+    """
+    itemsize = 4 if precision == "float32" else 8
+    inputs = (
+        dims.B * dims.Hq * dims.L * (dims.E + dims.Ev) + dims.B * dims.Hkv * dims.S * (dims.E + dims.Ev)
+    ) * itemsize
+    return 3 * inputs + cost.scores(dims) * itemsize * BACKWARD_GRAPH_ARRAYS_PER_SCORE + response_bytes
+
+
 def attention_memory(engine_cost: cost.Cost, dims: Dims, precision: str, response_bytes: int) -> int:
     """Peak bytes of one attention request on an engine: the inputs in the compute dtype (the engine may
     copy them once more), the engine's own peak, per-row diagnostics and the response body.

@@ -29,8 +29,9 @@ from service.api.wire import json_response, parse_json_object, read_body, run_cp
 from service.core.analysis import analyze, draw_normal, sweep_points
 from service.core.attention import Dims, check_dims, check_params
 from service.core.backward import BackwardTask
-from service.core.types import AttentionParams
-from service.engines.dispatch import EngineNotReady, EngineUnavailable
+from service.core.types import AttentionParams, AttentionTask
+from service.engines.base import Engine
+from service.engines.dispatch import Admit, EngineNotReady, EngineOverBudget, EngineUnavailable
 from service.runtime import Runtime
 
 router = APIRouter(prefix="/v1", tags=["gradients"])
@@ -76,13 +77,40 @@ def build_backward_task(req: AttentionBackwardRequest, runtime: Runtime) -> Back
     )
 
 
+def _backward_admission(runtime: Runtime, req: AttentionBackwardRequest, bt: BackwardTask) -> Admit:
+    """The dispatcher's check of each candidate engine. The numpy estimate was enforced and reserved
+    when the request was decoded; an engine that runs a whole-tensor graph (ONNX) needs more memory:
+    checked against the limits here, and the difference reserved when it fits.
+    """
+    limits = v1._budget(runtime)
+    q, k, v = bt.task.inputs.query.shape, bt.task.inputs.key.shape, bt.task.inputs.value.shape
+    dims = check_dims(q, k, v)
+    returned = set(bt.want)
+    flops, response = budget.backward_estimate(dims, req.normalizer, returned, req.precision, req.encoding, req.alpha)
+    on_numpy = budget.backward_memory(dims, returned, req.precision, response)
+
+    def admit(engine: Engine, task: AttentionTask | BackwardTask) -> str | None:
+        graph_for = getattr(engine, "backward_graph_for", None)
+        if not callable(graph_for) or graph_for(task) is None:
+            return None
+        memory = budget.backward_graph_memory(dims, req.precision, response)
+        reason = budget.check(limits, flops, response, memory)
+        if reason is None and memory > on_numpy:
+            budget.reserve(memory - on_numpy)
+        return reason
+
+    return admit
+
+
 def compute_backward(runtime: Runtime, req: AttentionBackwardRequest) -> dict[str, Any]:
     """The response body of one backward request (arrays not yet serialized)."""
     t0 = time.perf_counter()
     bt = build_backward_task(req, runtime)
     t1 = time.perf_counter()
     try:
-        result, choice = runtime.dispatcher.run_backward(bt, req.engine)
+        result, choice = runtime.dispatcher.run_backward(bt, req.engine, _backward_admission(runtime, req, bt))
+    except EngineOverBudget as exc:
+        raise ProblemError(413, str(exc)) from None
     except EngineUnavailable as exc:
         raise _invalid(str(exc), ["engine"]) from None
     except EngineNotReady as exc:

@@ -40,13 +40,17 @@ from service.core.attention import (
     MIN_CHUNK_ELEMENTS,
     PARALLEL_MIN_ELEMENTS,
     _Chunk,
+    _chunk_keep,
     _chunk_rows,
     _chunk_scores,
+    _chunk_valid,
     _chunks,
     _mask5,
     _mask_chunk,
     _prepare,
     _split_heads,
+    check_live_rows,
+    check_scores_finite,
     promote_to_4d,
 )
 from service.core.errors import InvalidInput, NumericalError
@@ -64,6 +68,7 @@ __all__ = [
     "GRADIENTS",
     "BackwardResult",
     "BackwardTask",
+    "checked_gradient",
     "GradientHealth",
     "gradient_health",
     "jacobian_norms",
@@ -225,7 +230,8 @@ def sum_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return x.sum(axis=axes, keepdims=True) if axes else x
 
 
-def _checked_gradient(arr: np.ndarray, expected: tuple[int, ...], name: str, what: str, dtype: np.dtype) -> np.ndarray:
+def checked_gradient(arr: np.ndarray, expected: tuple[int, ...], name: str, what: str, dtype: np.dtype) -> np.ndarray:
+    """An upstream gradient of the ``what``'s shape ``expected``, as a contiguous rank-4 array of ``dtype``, finite."""
     a = np.asarray(arr)
     if a.shape != expected:
         raise InvalidInput(f"{name} has shape {a.shape}, expected the {what}'s shape {expected}", (name,))
@@ -269,11 +275,11 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
     d = p.dims
     dtype = p.q.dtype
     lead = task.inputs.query.shape[:-1]
-    go4 = _checked_gradient(bt.grad_output, lead + (d.Ev,), "grad_output", "output", dtype)
+    go4 = checked_gradient(bt.grad_output, lead + (d.Ev,), "grad_output", "output", dtype)
     gw4 = (
         None
         if bt.grad_weights is None
-        else _checked_gradient(bt.grad_weights, lead + (d.S,), "grad_weights", "weights", dtype)
+        else checked_gradient(bt.grad_weights, lead + (d.S,), "grad_weights", "weights", dtype)
     )
     mask = task.inputs.mask
     gm4: np.ndarray | None = None
@@ -308,6 +314,9 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
         z = np.empty((nkv, ng * nl, d.S), dtype=dtype)
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
             _chunk_scores(p, c, z)
+            # overflow is a NumericalError, as in the forward pass: never a silent dead row
+            check_scores_finite(z.reshape(nkv, ng, nl, d.S), _chunk_keep(p, c), dtype)
+            check_live_rows(np.isneginf(z.max(axis=-1)), _chunk_valid(p, c), dtype)
             a = normalizers.normalize(z, normalizer, alpha=alpha)
             v = p.v[c.b, c.kv]
             if out5 is not None:

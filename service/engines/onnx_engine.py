@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from service.core.attention import (
+    Dims,
     check_dims,
     check_live_rows,
     check_params,
@@ -40,6 +41,16 @@ from service.core.attention import (
     scaled_bias,
     score_factor,
 )
+from service.core.backward import (
+    BACKWARD_RETURNS,
+    BackwardResult,
+    BackwardTask,
+    checked_gradient,
+    gradient_health,
+    jacobian_norms,
+    sum_to_shape,
+)
+from service.core.errors import InvalidInput, NumericalError
 from service.core.masks import as_4d_mask, keep_mask, valid_key_counts
 from service.core.types import AttentionResult, AttentionTask
 from service.engines.cost import Cost, onnx_cost
@@ -351,7 +362,8 @@ class OnnxEngine:
         for g in self._graphs:
             s = g["supports"]
             if (
-                s["normalizer"] == normalizer
+                s.get("pass", "forward") == "forward"
+                and s["normalizer"] == normalizer
                 and s["dtype"] == dtype
                 and outputs <= set(s["outputs"])
                 and (s["masking"] or not masked)
@@ -408,16 +420,17 @@ class OnnxEngine:
         masked = inputs.mask is not None or task.params.causal is not None or inputs.key_lengths is not None
         return normalizer, dtype, outputs, masked
 
-    def run(self, task: AttentionTask) -> AttentionResult:
-        if not self.ready:
-            raise RuntimeError(self.not_ready_reason)
+    def _feeds(
+        self, task: AttentionTask, name: str
+    ) -> tuple[dict[str, np.ndarray], Dims, np.ndarray | None, np.ndarray]:
+        """The inputs of graph ``name`` for ``task`` (validated as the numpy reference does).
+
+        Also the sizes, the combined keep mask (None when nothing masks) and ``valid_keys`` (B, Hq, L).
+        """
         params = task.params
         check_params(params)
         inputs = task.inputs
         dims = check_dims(inputs.query.shape, inputs.key.shape, inputs.value.shape)
-        name = self.graph_for(task)
-        if name is None:
-            raise RuntimeError(self.unsupported_reason(task) or "no ONNX graph serves this request")
         dtype = np.dtype(task.dtype)
         B, Hq, L, S = dims.weights_shape
         target = (B, Hq, L, S)
@@ -456,6 +469,19 @@ class OnnxEngine:
                 feeds["bias"] = np.zeros((1, 1, 1, 1), dtype=dtype)
         if "alpha" in graph_inputs:
             feeds["alpha"] = np.array(params.alpha, dtype=dtype)
+        return feeds, dims, keep, valid_keys
+
+    def run(self, task: AttentionTask) -> AttentionResult:
+        if not self.ready:
+            raise RuntimeError(self.not_ready_reason)
+        name = self.graph_for(task)
+        if name is None:
+            raise RuntimeError(self.unsupported_reason(task) or "no ONNX graph serves this request")
+        feeds, dims, keep, valid_keys = self._feeds(task, name)
+        dtype = np.dtype(task.dtype)
+        S = dims.S
+        inputs = task.inputs
+        relu = task.params.normalizer == "relu"
         # The weights are fetched whenever the graph computes them anyway (the primitive graphs run
         # every node whatever is fetched): they show rows whose scores all overflowed to -inf.
         has_weights = "weights" in self._output_names[name]
@@ -492,6 +518,118 @@ class OnnxEngine:
             scores=None if scores is None else scores.reshape(lead + (S,)),
             valid_keys=valid_keys,
         )
+
+    # ------------------------------------------------------------------ backward (optional capability)
+    def backward_graph_for(self, task: BackwardTask) -> str | None:
+        """Name of the backward graph that would run ``task`` (None when no graph serves it)."""
+        key = self._request_key(task.task)
+        if isinstance(key, str):
+            return None
+        normalizer, dtype, _, _ = key
+        for g in self._graphs:
+            s = g["supports"]
+            if s.get("pass") == "backward" and s["normalizer"] == normalizer and s["dtype"] == dtype:
+                return str(g["name"])
+        return None
+
+    def backward_unsupported_reason(self, task: BackwardTask) -> str | None:
+        if not self.ready:
+            return self.not_ready_reason
+        key = self._request_key(task.task)
+        if isinstance(key, str):
+            return key
+        if self.backward_graph_for(task) is None:
+            normalizer, dtype, _, _ = key
+            return f"no ONNX backward graph in {self.models_dir} serves normalizer {normalizer} in {dtype}"
+        return None
+
+    def run_backward(self, task: BackwardTask) -> BackwardResult:
+        """The backward graph's gradients of Q, K and V, and what is derived from its other outputs.
+
+        The mask, scale and temperature gradients and the gradient health come from
+        the graph's ``grad_scores``, ``scores`` and ``weights`` by the formulas of
+        :func:`service.core.backward.run_backward`.
+        """
+        if not self.ready:
+            raise RuntimeError(self.not_ready_reason)
+        name = self.backward_graph_for(task)
+        if name is None:
+            raise RuntimeError(self.backward_unsupported_reason(task) or "no ONNX backward graph serves this request")
+        unknown = set(task.want) - set(BACKWARD_RETURNS)
+        if unknown:
+            raise InvalidInput(f"unknown return values {sorted(unknown)}", ("return",))
+        fwd = task.task
+        feeds, dims, keep, valid_keys = self._feeds(fwd, name)
+        dtype = np.dtype(fwd.dtype)
+        lead = fwd.inputs.query.shape[:-1]
+        feeds["grad_output"] = checked_gradient(task.grad_output, lead + (dims.Ev,), "grad_output", "output", dtype)
+        feeds["grad_weights"] = (
+            np.zeros((1, 1, 1, 1), dtype=dtype)
+            if task.grad_weights is None
+            else checked_gradient(task.grad_weights, lead + (dims.S,), "grad_weights", "weights", dtype)
+        )
+        mask = fwd.inputs.mask
+        want = task.want
+        if "grad_mask" in want and (mask is None or np.asarray(mask).dtype == bool):
+            raise InvalidInput("grad_mask needs a float (additive) mask; this request has none", ("mask",))
+        needed = {
+            "grad_query": bool({"grad_query", "grad_scale"} & want),
+            "grad_key": "grad_key" in want,
+            "grad_value": "grad_value" in want,
+            "output": "output" in want,
+            # always: they show scores that overflowed (as the forward checks them)
+            "weights": True,
+            "scores": True,
+            "grad_scores": bool({"grad_mask", "grad_temperature"} & want),
+        }
+        fetch = [n for n, needed_ in needed.items() if needed_]
+        got = dict(zip(fetch, self._sessions[name].run(fetch, feeds), strict=True)) if fetch else {}
+        # Overflow is a 422 on both engines alike, never a silent dead row.
+        check_scores_finite(got["scores"], keep, dtype)
+        check_live_rows(got["weights"].sum(axis=-1) == 0, valid_keys, dtype)
+        empty = valid_keys == 0
+        if empty.any():  # the contract, whatever the runtime did
+            for n in ("output", "weights", "grad_query", "grad_scores"):
+                if n in got:
+                    got[n][empty] = 0
+        for n in ("grad_query", "grad_key", "grad_value", "output"):
+            if n in got and not np.isfinite(got[n]).all():
+                raise NumericalError(
+                    f"{n} is not finite in {dtype.name}: the scores or gradients overflowed; "
+                    "retry with precision float64 or smaller inputs"
+                )
+        params = fwd.params
+        T = params.temperature
+        result = BackwardResult(valid_keys=valid_keys)
+        if "grad_query" in want:
+            result.grad_query = got["grad_query"].reshape(fwd.inputs.query.shape)
+        if "grad_key" in want:
+            result.grad_key = got["grad_key"].reshape(fwd.inputs.key.shape)
+        if "grad_value" in want:
+            result.grad_value = got["grad_value"].reshape(fwd.inputs.value.shape)
+        if "output" in want:
+            result.output = got["output"].reshape(lead + (dims.Ev,))
+        if "weights" in want:
+            result.weights = got["weights"].reshape(lead + (dims.S,))
+        if "grad_scale" in want:
+            scale = params.scale if params.scale is not None else 1.0 / math.sqrt(dims.E)
+            dq = got["grad_query"].astype(np.float64)
+            result.grad_scale = float(np.sum(feeds["query"].astype(np.float64) * dq) / scale)
+        if "grad_temperature" in want:
+            z, dz = got["scores"], got["grad_scores"]
+            result.grad_temperature = -float(np.sum(dz * np.where(np.isneginf(z), 0, z), dtype=np.float64)) / T
+        if "grad_mask" in want and mask is not None:
+            m4_shape = as_4d_mask(np.asarray(mask), dims.weights_shape).shape
+            gm = sum_to_shape(got["grad_scores"].astype(np.float64), m4_shape) / T
+            result.grad_mask = gm.astype(dtype).reshape(np.asarray(mask).shape)
+        if "gradient_health" in want:
+            norms = jacobian_norms(params.normalizer, got["weights"], alpha=params.alpha)
+            result.gradient_health = gradient_health(norms, valid_keys, task.vanishing_threshold)
+        for n in ("grad_scale", "grad_temperature"):
+            value = getattr(result, n)
+            if value is not None and not math.isfinite(value):
+                raise NumericalError(f"{n} is not finite; retry with precision float64 or smaller inputs")
+        return result
 
     # ------------------------------------------------------------------ reporting
     def describe(self) -> dict[str, Any]:
@@ -559,6 +697,8 @@ def _warmup_feeds(entry: dict[str, Any]) -> dict[str, np.ndarray]:
         "scale": np.array(1 / math.sqrt(E), dtype=types.get("scale", dtype)),
         "temperature": np.array(1.0, dtype=types.get("temperature", dtype)),
         "alpha": np.array(1.7, dtype=dtype),
+        "grad_output": rng.standard_normal((B, Hq, L, Ev)).astype(dtype),
+        "grad_weights": np.zeros((1, 1, 1, 1), dtype=dtype),
     }
     names = {i["name"] for i in entry["inputs"]}
     return {k: v for k, v in feeds.items() if k in names}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -204,3 +206,50 @@ def test_budget_gives_413() -> None:
         # the forward of this request fits the budget; its backward (three times the products) does not
         assert c.post("/v1/attention", json={k: v for k, v in body.items() if k != "grad_output"}).status_code == 200
         assert_problem(c.post("/v1/attention/backward", json=body), 413, detail="estimated work")
+
+
+@pytest.fixture(scope="module")
+def onnx_client():
+    with TestClient(create_app(Settings(enable_onnx=True)), raise_server_exceptions=False) as c:
+        assert c.get("/readyz").status_code in (200, 503)
+        for _ in range(600):  # the engines warm up in a thread after start-up
+            if c.get("/readyz").status_code == 200:
+                break
+            time.sleep(0.05)
+        yield c
+
+
+@pytest.mark.parametrize("case", [c for c in load("backward") if c["request"]["normalizer"] == "softmax"])
+def test_golden_softmax_backward_on_onnx_over_http(onnx_client, case: dict) -> None:
+    body = as_form(case["request"], "b64") | {"engine": "onnx", "encoding": "base64"}
+    r = onnx_client.post("/v1/attention/backward", json=body)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["engine"]["name"] == "onnx" and got["engine"]["reason"] == "requested: onnx graph softmax_backward_f64"
+    for name in GRADS:
+        np.testing.assert_allclose(decode(got[name]), np.array(case["expected"][name]), atol=1e-8, rtol=0)
+
+
+def test_onnx_backward_choices_over_http(onnx_client) -> None:
+    rng = np.random.default_rng(4)
+    big = {
+        "query": b64(rng.standard_normal((1, 8, 32, 16)), "float32"),
+        "key": b64(rng.standard_normal((1, 8, 32, 16)), "float32"),
+        "value": b64(rng.standard_normal((1, 8, 32, 16)), "float32"),
+        "grad_output": b64(rng.standard_normal((1, 8, 32, 16)), "float32"),
+        "return": ["grad_query", "grad_scale", "gradient_health"],
+    }
+    auto = onnx_client.post("/v1/attention/backward", json=big)
+    assert auto.status_code == 200, auto.text
+    assert auto.json()["engine"]["reason"] == "auto: onnx graph softmax_backward_f32 supports this request"
+    ref = onnx_client.post("/v1/attention/backward", json=big | {"engine": "numpy"}).json()
+    np.testing.assert_allclose(np.array(auto.json()["grad_query"]), np.array(ref["grad_query"]), atol=1e-5)
+    assert auto.json()["grad_scale"] == pytest.approx(ref["grad_scale"], rel=1e-4)
+    sparse = onnx_client.post("/v1/attention/backward", json=big | {"normalizer": "sparsemax"})
+    assert sparse.json()["engine"]["name"] == "numpy" and "no ONNX backward graph" in sparse.json()["engine"]["reason"]
+    assert_problem(
+        onnx_client.post("/v1/attention/backward", json=big | {"normalizer": "sparsemax", "engine": "onnx"}),
+        422,
+        loc=["engine"],
+        detail="no ONNX backward graph",
+    )
