@@ -188,20 +188,17 @@ def backward_memory(dims: Dims, returned: Collection[str], precision: str, respo
     return 3 * inputs + block + full + cost.NUMPY_THREAD_SCRATCH_BYTES + response_bytes
 
 
-BACKWARD_GRAPH_ARRAYS_PER_SCORE = 10
-"""Full (B, Hq, L, S) tensors the ONNX backward graph holds at its peak: raw and biased scores, softmax,
-weights, dA (twice), A*dA, dZ, dZ*scale/T, and the fetched outputs."""
-
-
-def backward_graph_memory(dims: Dims, precision: str, response_bytes: int) -> int:
-    """Peak bytes of one backward request on the ONNX backward graph, which materialises every
-    (B, Hq, L, S) intermediate (numpy works on row chunks instead: :func:`backward_memory`).
+def backward_graph_memory(graph: str, dims: Dims, precision: str, response_bytes: int) -> int:
+    """Peak bytes of one backward request on an ONNX backward graph, which materialises its (B, Hq, L, S)
+    intermediates (numpy works on row chunks instead: :func:`backward_memory`); per score as measured
+    (:data:`service.engines.cost.ONNX_BYTES_PER_SCORE`).
     """
     itemsize = 4 if precision == "float32" else 8
     inputs = (
         dims.B * dims.Hq * dims.L * (dims.E + dims.Ev) + dims.B * dims.Hkv * dims.S * (dims.E + dims.Ev)
     ) * itemsize
-    return 3 * inputs + cost.scores(dims) * itemsize * BACKWARD_GRAPH_ARRAYS_PER_SCORE + response_bytes
+    per_score = cost.ONNX_BYTES_PER_SCORE.get(graph, cost.ONNX_DEFAULT_BYTES_PER_SCORE)
+    return 3 * inputs + int(cost.scores(dims) * per_score) + response_bytes
 
 
 def attention_memory(engine_cost: cost.Cost, dims: Dims, precision: str, response_bytes: int) -> int:

@@ -91,9 +91,10 @@ def _backward_admission(runtime: Runtime, req: AttentionBackwardRequest, bt: Bac
 
     def admit(engine: Engine, task: AttentionTask | BackwardTask) -> str | None:
         graph_for = getattr(engine, "backward_graph_for", None)
-        if not callable(graph_for) or graph_for(task) is None:
+        graph = graph_for(task) if callable(graph_for) else None
+        if not isinstance(graph, str):
             return None
-        memory = budget.backward_graph_memory(dims, req.precision, response)
+        memory = budget.backward_graph_memory(graph, dims, req.precision, response)
         reason = budget.check(limits, flops, response, memory)
         if reason is None and memory > on_numpy:
             budget.reserve(memory - on_numpy)

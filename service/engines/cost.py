@@ -61,6 +61,10 @@ ONNX_NS_PER_SCORE: dict[str, float] = {
     "entmax15_f64": 280.0,
     "entmax_f32": 1400.0,
     "entmax_f64": 1400.0,
+    # the backward graphs (four more GEMMs and the softmax VJP): measured on (1, 8, 512, 512, 64) causal,
+    # one intra-op thread, on the shared development VM (load 11): 113 and 246 ns per score
+    "softmax_backward_f32": 120.0,
+    "softmax_backward_f64": 260.0,
 }
 ONNX_BYTES_PER_SCORE: dict[str, float] = {
     "softmax_fused_nomask_f32": 8.0,
@@ -79,6 +83,9 @@ ONNX_BYTES_PER_SCORE: dict[str, float] = {
     "entmax15_f64": 72.0,
     "entmax_f32": 44.0,
     "entmax_f64": 48.0,
+    # measured peaks 38 and 67 bytes per score (about ten (B, Hq, L, S) tensors)
+    "softmax_backward_f32": 40.0,
+    "softmax_backward_f64": 80.0,
 }
 ONNX_DEFAULT_NS_PER_SCORE = 1400.0
 ONNX_DEFAULT_BYTES_PER_SCORE = 80.0
