@@ -6,9 +6,9 @@ BIN    := $(VENV)/bin
 
 LOCK   := requirements.lock
 # pip-compile (pip-tools) writes the locks: exact versions with every file's sha256.
-PIP_COMPILE := $(BIN)/pip-compile --quiet --upgrade --generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links
+PIP_COMPILE := $(BIN)/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: serve check format test bench bench-engines bench-http load-test export-models image smoke-podman lock clean
+.PHONY: serve check format test bench bench-engines bench-http load-test export-models image smoke-podman lock lock-upgrade clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,12 +60,17 @@ export-models: $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -e '.[export]'
 	$(BIN)/python -m service export-models
 
-# Re-resolve the runtime dependencies within pyproject.toml's ranges: requirements.lock (CPU) and
-# requirements-gpu.lock (onnxruntime-gpu in place of onnxruntime). Commit both; the image installs them.
+# The lock files from pyproject.toml's runtime dependencies: requirements.lock (CPU) and requirements-gpu.lock
+# (onnxruntime-gpu in place of onnxruntime). `make lock` keeps the pins already there and adds what a
+# changed pyproject.toml needs; `make lock-upgrade` re-resolves everything to the newest versions in range.
+# Commit both files (and the README's "Locked versions" line); the image and `make test` install them.
 lock: | $(BIN)/python
 	$(BIN)/python -m pip install --quiet 'pip-tools>=7.4,<8'
-	$(PIP_COMPILE) --output-file $(LOCK) pyproject.toml
-	$(PIP_COMPILE) --extra gpu --unsafe-package onnxruntime --output-file requirements-gpu.lock pyproject.toml
+	$(PIP_COMPILE) $(LOCK_FLAGS) --output-file $(LOCK) pyproject.toml
+	$(PIP_COMPILE) $(LOCK_FLAGS) --extra gpu --unsafe-package onnxruntime --output-file requirements-gpu.lock pyproject.toml
+
+lock-upgrade:
+	$(MAKE) lock LOCK_FLAGS=--upgrade
 
 image:
 	docker build -t attention-service .

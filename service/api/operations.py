@@ -52,3 +52,9 @@ async def models(request: Request) -> Response:
     if describe_models is None:
         return json_response({"models": [], "detail": "the ONNX engine is disabled"})
     return json_response(describe_models())
+
+
+# HEAD on the probes (load balancers and uptime checkers often probe with it): the status and headers of the
+# GET answer, no body (the server drops it). Left out of the schema: one operation per route there.
+for _path, _endpoint in (("/healthz", healthz), ("/readyz", readyz)):
+    router.add_api_route(_path, _endpoint, methods=["HEAD"], include_in_schema=False)

@@ -366,6 +366,11 @@ async def server_ready(request: Request) -> Response:
     )
 
 
+# HEAD on the health routes, like /healthz and /readyz (service/api/operations.py); not in the schema.
+router.add_api_route("/health/live", server_live, methods=["HEAD"], include_in_schema=False)
+router.add_api_route("/health/ready", server_ready, methods=["HEAD"], include_in_schema=False)
+
+
 async def _model_ready(request: Request, model_name: str, model_version: str | None) -> Response:
     model = _model(model_name, model_version)
     reason = _not_ready(_runtime(request))
