@@ -29,6 +29,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from service.core.types import NORMALIZERS
 from service.observability.tracing import span
 
 disable_created_metrics()  # no ``*_created`` series: they double the output and nothing here reads them
@@ -95,8 +96,8 @@ class ServiceMetrics:
         )
         self.engine_compute = Histogram(
             "attn_engine_compute_seconds",
-            "Time engines spent computing attention, by engine and provider.",
-            ["engine", "provider"],
+            "Time engines spent computing, by engine, provider, model and normalizer.",
+            ["engine", "provider", "model", "normalizer"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
@@ -135,25 +136,40 @@ class ServiceMetrics:
             multiprocess.mark_process_dead(os.getpid())
 
 
-class TimedDispatcher:
-    """Wraps the engine dispatcher and records how long each ``run`` took, by engine and provider.
+def normalizer_label(task: Any) -> str:
+    """The task's normalizer as a metric label: one of :data:`NORMALIZERS`, else ``other`` (bounded)."""
+    params = getattr(task, "params", None) or getattr(getattr(task, "task", None), "params", None)
+    normalizer = getattr(params, "normalizer", None)
+    return normalizer if normalizer in NORMALIZERS else "other"
 
-    ``run`` returns ``(result, choice)``; the choice names the engine that ran
-    (after any fallback). Everything else is delegated unchanged.
+
+class TimedDispatcher:
+    """Wraps the engine dispatcher and records how long each run took, by engine, provider, model and normalizer.
+
+    ``run`` (the ``attention`` model) and ``run_backward`` (``attention_backward``) return
+    ``(result, choice)``; the choice names the engine that ran (after any fallback). The run is also the
+    ``engine`` span of a traced request. Everything else is delegated unchanged.
     """
 
     def __init__(self, inner: Any, metrics: ServiceMetrics) -> None:
         self._inner = inner
         self._metrics = metrics
 
-    def run(self, *args: Any, **kwargs: Any) -> Any:
+    def run(self, task: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._timed("attention", self._inner.run, task, *args, **kwargs)
+
+    def run_backward(self, task: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._timed("attention_backward", self._inner.run_backward, task, *args, **kwargs)
+
+    def _timed(self, model: str, run: Any, task: Any, *args: Any, **kwargs: Any) -> Any:
+        normalizer = normalizer_label(task)
         t0 = time.perf_counter()
-        with span("engine"):
-            out = self._inner.run(*args, **kwargs)
+        with span("engine", {"attn.model": model, "attn.normalizer": normalizer}):
+            out = run(task, *args, **kwargs)
         choice = out[1] if isinstance(out, tuple) and len(out) == 2 else None
         name, provider = getattr(choice, "name", None), getattr(choice, "provider", None)
         if isinstance(name, str) and isinstance(provider, str):
-            self._metrics.engine_compute.labels(name, provider).observe(time.perf_counter() - t0)
+            self._metrics.engine_compute.labels(name, provider, model, normalizer).observe(time.perf_counter() - t0)
         return out
 
     def __getattr__(self, name: str) -> Any:

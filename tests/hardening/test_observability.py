@@ -26,7 +26,17 @@ def test_metrics_count_requests_by_route_template_and_status_and_time_the_engine
     assert metric_value(text, "attn_http_requests_total", method="GET", route="<unmatched>", status="404") == 1
     assert "/definitely" not in text and "some-model" not in text  # templates, never raw paths
     assert metric_value(text, "attn_http_request_duration_seconds_count", method="POST", route="/v1/softmax") == 1
-    assert metric_value(text, "attn_engine_compute_seconds_count", engine="numpy", provider="CPU/numpy") == 1
+    assert (
+        metric_value(
+            text,
+            "attn_engine_compute_seconds_count",
+            engine="numpy",
+            provider="CPU/numpy",
+            model="attention",
+            normalizer="softmax",
+        )
+        == 1
+    )
     assert metric_value(text, "attn_http_queue_wait_seconds_count") >= 3
     for reason in ("unauthorized", "body_too_large", "queue_full", "queue_timeout", "deadline"):
         assert f'attn_http_requests_rejected_total{{reason="{reason}"}}' in text

@@ -1,0 +1,66 @@
+"""Engine metrics by model and normalizer, with bounded label values (service/observability/metrics.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.core.types import NORMALIZERS
+from service.observability.metrics import ServiceMetrics, TimedDispatcher, normalizer_label
+from service.settings import Settings
+from tests.hardening.conftest import metric_value
+
+
+@dataclass
+class Choice:
+    name: str
+    provider: str
+
+
+class FakeDispatcher:
+    def run(self, task: Any, requested: str) -> tuple[str, Choice]:
+        return "forward", Choice("numpy", "CPU/numpy")
+
+    def run_backward(self, task: Any, requested: str) -> tuple[str, Choice]:
+        return "backward", Choice("onnx", "CPUExecutionProvider")
+
+    def describe(self) -> str:
+        return "inner"
+
+
+def task(normalizer: str) -> SimpleNamespace:
+    return SimpleNamespace(params=SimpleNamespace(normalizer=normalizer))
+
+
+def test_runs_are_labelled_by_model_and_normalizer() -> None:
+    metrics = ServiceMetrics()
+    timed = TimedDispatcher(FakeDispatcher(), metrics)
+    assert timed.run(task("sparsemax"), "auto")[0] == "forward"
+    # A backward task carries its forward task: the normalizer is found there.
+    assert timed.run_backward(SimpleNamespace(task=task("entmax15")), "onnx")[0] == "backward"
+    assert timed.describe() == "inner"  # everything else is delegated
+    text = metrics.exposition().decode()
+    labels = {"engine": "numpy", "provider": "CPU/numpy", "model": "attention", "normalizer": "sparsemax"}
+    assert metric_value(text, "attn_engine_compute_seconds_count", **labels) == 1
+    labels = {"engine": "onnx", "provider": "CPUExecutionProvider", "model": "attention_backward"}
+    assert metric_value(text, "attn_engine_compute_seconds_count", **labels, normalizer="entmax15") == 1
+
+
+def test_normalizer_label_is_bounded() -> None:
+    assert [normalizer_label(task(n)) for n in NORMALIZERS] == list(NORMALIZERS)
+    assert normalizer_label(task("x" * 100)) == "other"
+    assert normalizer_label(object()) == "other"
+
+
+def test_served_request_records_its_normalizer() -> None:
+    app = create_app(Settings(enable_onnx=False))
+    body = {"query": [[1.0, 0.0]], "key": [[1.0, 0.0], [0.0, 1.0]], "value": [[1.0], [2.0]], "normalizer": "sparsemax"}
+    with TestClient(app) as client:
+        assert client.post("/v1/attention", json=body).status_code == 200
+        text = client.get("/metrics").text
+    labels = {"engine": "numpy", "provider": "CPU/numpy", "model": "attention", "normalizer": "sparsemax"}
+    assert metric_value(text, "attn_engine_compute_seconds_count", **labels) == 1
