@@ -29,6 +29,7 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": Problem, "content": {"application/problem+json": {}}, "description": desc}
     for status, desc in (
         (413, "Request too large (estimated work or response size over budget)"),
+        (415, "Content-Type is not JSON (application/json or application/*+json)"),
         (422, "Invalid input; `errors` names each offending field"),
         (503, "Engine not ready"),
     )

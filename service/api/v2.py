@@ -476,7 +476,7 @@ async def _infer_route(request: Request, model_name: str, model_version: str | N
     reason = _not_ready(runtime)
     if reason is not None:
         raise ProblemError(503, f"model {model.name!r} is not ready: {reason}", headers={"Retry-After": "5"})
-    body = await read_body(request)
+    body = await read_body(request, json_only=False)  # JSON or the binary extension's octet-stream
     content, headers, media_type = await run_cpu(
         request, len(body), _infer, runtime, model, body, request.headers.get(HEADER_LENGTH)
     )

@@ -95,13 +95,52 @@ def inflate(body: bytes, encoding: str, max_bytes: int) -> bytes:
     return out[0] if len(out) == 1 else b"".join(out)
 
 
-async def read_body(request: Request) -> bytes:
+JSON_MEDIA_TYPES = "application/json or application/*+json"
+
+
+def is_json_media_type(content_type: str) -> bool:
+    """``application/json`` or a structured ``application/<name>+json`` (RFC 6839), parameters aside.
+
+    A ``charset`` parameter, if any, must be UTF-8: JSON on the wire is UTF-8 (RFC 8259, section 8.1).
+    """
+    media, _, params = content_type.partition(";")
+    kind = media.strip().lower()
+    if not (kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))):
+        return False
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            return False
+    return True
+
+
+def require_json(request: Request) -> None:
+    """415 (problem+json) unless the request says its body is JSON, checked before the body is read.
+
+    A request without ``Content-Type`` is read as JSON (curl and scripts often leave it out; the
+    body must still parse as JSON); any other type (``text/plain``, ``multipart/form-data``, the
+    ``application/x-www-form-urlencoded`` that ``curl -d`` sends by default) is refused.
+    """
+    content_type = request.headers.get("content-type")
+    if content_type is None or is_json_media_type(content_type):
+        return
+    raise ProblemError(
+        415,
+        f"Content-Type {content_type!r} is not supported; send the body as {JSON_MEDIA_TYPES} (UTF-8)",
+        headers={"Accept-Post": "application/json"},
+    )
+
+
+async def read_body(request: Request, *, json_only: bool = True) -> bytes:
     """The request body, decompressed when it has ``Content-Encoding: gzip`` or ``deflate``.
 
-    The inflated body is capped like the body on the wire, by the setting
-    ``max_body_bytes`` (413 past it); large bodies are inflated in a worker
-    thread, off the event loop.
+    ``json_only`` (the default, every /v1 route): the Content-Type must be JSON
+    (:func:`require_json`, a 415 before the body is read). The inflated body is
+    capped like the body on the wire, by the setting ``max_body_bytes`` (413
+    past it); large bodies are inflated in a worker thread, off the event loop.
     """
+    if json_only:
+        require_json(request)
     body = await request.body()
     encoding = request.headers.get("content-encoding", "").strip().lower()
     if not encoding or encoding == "identity":
