@@ -121,7 +121,9 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], 
         digits = header_length.strip(" \t")
         # Plain ASCII digits only: int() would also take "+346", "3_4_6" and non-ASCII digits.
         if not (digits.isascii() and digits.isdigit()):
-            raise bad(f"Inference-Header-Content-Length must be a decimal integer, got {header_length!r}")
+            raise bad(
+                f"Inference-Header-Content-Length must be an integer written in plain digits, got {header_length!r}"
+            )
         n = int(digits)
         if not 0 < n <= len(body):
             raise bad(f"Inference-Header-Content-Length is {n}, but the body has {len(body)} bytes")
