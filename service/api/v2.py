@@ -33,8 +33,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from service import __version__
-from service.api import v1
+from service.api import gradients, v1
 from service.api.errors import ProblemError, protocol_error_response
+from service.api.gradient_schemas import AttentionBackwardRequest
 from service.api.schemas import AttentionRequest, SoftmaxRequest
 from service.api.v2_tensors import (
     HEADER_LENGTH,
@@ -293,7 +294,70 @@ SOFTMAX = Model(
     run=_run_softmax,
 )
 
-MODELS: dict[str, Model] = {m.name: m for m in (ATTENTION, SOFTMAX)}
+BACKWARD_PARAMETERS = {
+    **{k: v for k, v in ATTENTION_PARAMETERS.items() if k != "diagnostics"},
+    "grad_scale": "bool (default false): return the derivative with respect to the scale in the response parameters",
+    "grad_temperature": "bool (default false): return the derivative with respect to the temperature likewise",
+    "gradient_health": "bool (default false): return the per-head gradient health (JSON text) likewise",
+}
+_BACKWARD_FLAGS = ("grad_scale", "grad_temperature", "gradient_health")
+
+
+def _run_attention_backward(
+    runtime: Runtime, request: InferRequest
+) -> tuple[list[tuple[str, np.ndarray]], dict[str, Any]]:
+    wanted_outputs = list(request.outputs) if request.outputs_given else list(ATTENTION_BACKWARD.default_outputs)
+    flags = [name for name in _BACKWARD_FLAGS if _flag(request, name, False)]
+    fields = _options(request, ATTENTION_BACKWARD, {**_ATTENTION_FIELDS, **{f: f for f in _BACKWARD_FLAGS}})
+    for name in _BACKWARD_FLAGS:
+        fields.pop(name, None)
+    tensors = ("query", "key", "value", "mask", "grad_output", "grad_weights")
+    fields.update({name: request.inputs[name] for name in tensors if name in request.inputs})
+    if "key_lengths" in request.inputs:
+        fields["key_lengths"] = request.inputs["key_lengths"].tolist()
+    floats = ("query", "key", "value", "grad_output") + (("grad_weights",) if "grad_weights" in request.inputs else ())
+    fields["precision"] = _precision(request, floats)
+    fields["return"] = wanted_outputs + flags
+    req = _validate(AttentionBackwardRequest, fields, ATTENTION_BACKWARD)
+    body = gradients.compute_backward(runtime, req)
+    params = _diagnostics_parameters(body, False)
+    for name in ("grad_scale", "grad_temperature"):
+        if name in body:
+            params[name] = body[name]
+    if "gradient_health" in body:
+        params["gradient_health"] = orjson.dumps(body["gradient_health"]).decode()
+    return [(name, body[name]) for name in wanted_outputs], params
+
+
+ATTENTION_BACKWARD = Model(
+    name="attention_backward",
+    description=(
+        "The backward pass of model attention (semantics.md, Gradients): the gradients of "
+        "sum(output * grad_output) + sum(weights * grad_weights) with respect to query, key and value (key and "
+        "value summed over the query heads sharing them), and on request of a float mask. Same inputs and "
+        "parameters as attention, plus grad_output; FP64 inputs compute in float64."
+    ),
+    inputs=(
+        *ATTENTION.inputs,
+        TensorSpec("grad_output", FLOAT, description="the output's shape: query.shape[:-1] + (Ev,)"),
+        TensorSpec(
+            "grad_weights", FLOAT, optional=True, description="the weights' shape: query.shape[:-1] + (S,); optional"
+        ),
+    ),
+    outputs=(
+        TensorSpec("grad_query", FLOAT, description="the query's shape"),
+        TensorSpec("grad_key", FLOAT, description="the key's shape"),
+        TensorSpec("grad_value", FLOAT, description="the value's shape"),
+        TensorSpec("grad_mask", FLOAT, min_rank=1, description="a float mask's shape; only when requested"),
+        TensorSpec("output", FLOAT, description="the forward output; only when requested"),
+        TensorSpec("weights", FLOAT, description="the forward weights; only when requested"),
+    ),
+    default_outputs=("grad_query", "grad_key", "grad_value"),
+    parameters=BACKWARD_PARAMETERS,
+    run=_run_attention_backward,
+)
+
+MODELS: dict[str, Model] = {m.name: m for m in (ATTENTION, SOFTMAX, ATTENTION_BACKWARD)}
 
 
 # --------------------------------------------------------------------------- routes
