@@ -417,6 +417,22 @@ def cast_checked(arr: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
     return out
 
 
+def finite_as(arr: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
+    """``arr`` in the compute ``dtype`` with every value finite: :func:`cast_checked` and :func:`check_finite`
+    in one pass (one check of the result; the index and the cause are looked for only when it fails).
+    """
+    if arr.dtype == dtype:
+        out = arr
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = np.asarray(arr, dtype=dtype)
+    if out.dtype.kind != "f" or np.isfinite(out).all():
+        return out
+    cast_checked(arr, dtype, name)  # names a value the cast made infinite, or a NaN/infinity sent as such
+    check_finite(out, name)
+    raise AssertionError("unreachable: a non-finite value was found above")  # pragma: no cover
+
+
 def encode_b64(arr: np.ndarray) -> dict[str, Any]:
     """The ``b64`` wire form of an array (little-endian, C order)."""
     a = np.ascontiguousarray(arr)

@@ -272,5 +272,5 @@ async def post_attention_analyze(request: Request) -> Response:
 
 
 def _analyze_response(runtime: Runtime, raw: bytes) -> Response:
-    req = v1._validate(AnalyzeRequest, parse_json_object(raw, ANALYZE_TENSORS))  # type: ignore[arg-type]
+    req = v1._validate(AnalyzeRequest, parse_json_object(raw, ANALYZE_TENSORS))
     return json_response(compute_analyze(runtime, req))

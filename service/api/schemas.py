@@ -138,6 +138,39 @@ class AttentionRequest(_Strict):
         return self.causal
 
 
+class AttentionOptions(_Strict):
+    """The scalar options of attention, alone: the request parameters of /v2 model ``attention``.
+
+    Same names, types and defaults as in :class:`AttentionRequest` (/v1 takes them in the body); /v2
+    validates them once with this model and passes its decoded tensors on as arrays.
+    """
+
+    causal: StrictBool | Literal["top_left", "bottom_right"] = False
+    scale: PositiveFloat | None = None
+    temperature: PositiveFloat = 1.0
+    normalizer: NormalizerName = "softmax"
+    alpha: Annotated[float, Field(gt=1, allow_inf_nan=False)] | None = None
+    engine: Literal["auto", "numpy", "onnx"] = "auto"
+
+    @property
+    def causal_alignment(self) -> Literal["top_left", "bottom_right"] | None:
+        if self.causal is True:
+            return "top_left"
+        if self.causal is False:
+            return None
+        return self.causal
+
+
+class SoftmaxOptions(_Strict):
+    """The scalar options of softmax, alone: the request parameters of /v2 model ``softmax``."""
+
+    axis: StrictInt = -1
+    temperature: PositiveFloat = 1.0
+    normalizer: NormalizerName = "softmax"
+    alpha: Annotated[float, Field(gt=1, allow_inf_nan=False)] | None = None
+    log: StrictBool = False
+
+
 class SoftmaxRequest(_Strict):
     """Body of ``POST /v1/softmax``."""
 

@@ -4,26 +4,35 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from fastapi import APIRouter, Request
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
 from service.api import budget, codecs
 from service.api.errors import ProblemError, pydantic_errors, summarize
-from service.api.schemas import AttentionRequest, AttentionResponse, Problem, SoftmaxRequest, SoftmaxResponse
+from service.api.schemas import (
+    AttentionRequest,
+    AttentionResponse,
+    Problem,
+    SoftmaxOptions,
+    SoftmaxRequest,
+    SoftmaxResponse,
+)
 from service.api.wire import json_response, parse_json_object, read_body, run_cpu
 from service.core.attention import Dims, check_dims, check_params
 from service.core.backward import BackwardTask, gradient_health, jacobian_norms
-from service.core.diagnostics import attention_diagnostics, probability_diagnostics
+from service.core.diagnostics import DiagnosticThresholds, attention_diagnostics, probability_diagnostics
 from service.core.probabilities import normalize_logits
 from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask
 from service.engines.base import Engine
 from service.engines.dispatch import Admit, EngineNotReady, EngineOverBudget, EngineUnavailable
 from service.observability.tracing import record_phases
 from service.runtime import Runtime
+from service.settings import Settings
 
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": Problem, "content": {"application/problem+json": {}}, "description": desc}
@@ -47,7 +56,7 @@ def _runtime(request: Request) -> Runtime:
     return runtime
 
 
-def _validate(model: type[AttentionRequest] | type[SoftmaxRequest], obj: dict[str, Any]) -> Any:
+def _validate(model: type[BaseModel], obj: dict[str, Any]) -> Any:
     try:
         return model.model_validate(obj)
     except ValidationError as exc:
@@ -55,16 +64,45 @@ def _validate(model: type[AttentionRequest] | type[SoftmaxRequest], obj: dict[st
         raise ProblemError(422, summarize(errors), errors=errors) from None
 
 
-def _limits(runtime: Runtime) -> codecs.TensorLimits:
+@dataclass(frozen=True, slots=True)
+class _Derived:
+    """What the request path derives from the settings: built once per settings object, not per request."""
+
+    settings: Settings
+    limits: codecs.TensorLimits
+    budget: budget.Budget
+    thresholds: DiagnosticThresholds
+
+
+_DERIVED: dict[int, _Derived] = {}
+
+
+def _derived(runtime: Runtime) -> _Derived:
     s = runtime.settings
-    return codecs.TensorLimits(max_rank=s.max_rank, max_dim=s.max_dim, max_elements=s.max_tensor_elements)
+    hit = _DERIVED.get(id(s))
+    if hit is None or hit.settings is not s:  # a new settings object (an id may be reused after one is freed)
+        if len(_DERIVED) > 64:
+            _DERIVED.clear()
+        hit = _Derived(
+            settings=s,
+            limits=codecs.TensorLimits(max_rank=s.max_rank, max_dim=s.max_dim, max_elements=s.max_tensor_elements),
+            budget=budget.Budget(
+                max_work_flops=s.max_work_flops,
+                max_response_bytes=s.max_response_bytes,
+                max_memory_bytes=s.memory_budget_bytes,
+            ),
+            thresholds=s.diagnostic_thresholds(),
+        )
+        _DERIVED[id(s)] = hit
+    return hit
+
+
+def _limits(runtime: Runtime) -> codecs.TensorLimits:
+    return _derived(runtime).limits
 
 
 def _budget(runtime: Runtime) -> budget.Budget:
-    s = runtime.settings
-    return budget.Budget(
-        max_work_flops=s.max_work_flops, max_response_bytes=s.max_response_bytes, max_memory_bytes=s.memory_budget_bytes
-    )
+    return _derived(runtime).budget
 
 
 def decode_tensor(
@@ -121,58 +159,102 @@ Estimate = Callable[[Dims, str, Collection[str], str, str, float | None], tuple[
 Memory = Callable[[Dims, Collection[str], str, int], int]
 
 
-def build_attention_task(
-    req: AttentionRequest,
+class AttentionOptionsLike(Protocol):
+    """The scalar options of attention: an :class:`AttentionRequest` (/v1) or :class:`AttentionOptions` (/v2)."""
+
+    @property
+    def normalizer(self) -> str: ...
+    @property
+    def alpha(self) -> float | None: ...
+    @property
+    def scale(self) -> float | None: ...
+    @property
+    def temperature(self) -> float: ...
+    @property
+    def causal_alignment(self) -> Literal["top_left", "bottom_right"] | None: ...
+
+
+def attention_task(
     runtime: Runtime,
+    *,
+    query: Any,
+    key: Any,
+    value: Any,
+    mask: Any,
+    key_lengths: Any,
+    options: AttentionOptionsLike,
+    precision: str,
+    returned: Collection[str],
+    encoding: str,
     estimate: Estimate = budget.attention_estimate,
     memory: Memory | None = None,
 ) -> AttentionTask:
-    """Decode and check a request's tensors, enforce the budget, and build the engine task.
+    """Decode and check the tensors (wire forms or arrays), enforce the budget, and build the engine task.
 
     ``estimate`` gives the request's (flops, response bytes): the forward's by default. ``memory``
     gives its peak bytes, reserved here on the request's lease; without it (the forward), the
     engine's own estimate is checked and reserved when the dispatcher picks an engine.
     """
     limits = _limits(runtime)
-    dtype = np.dtype(req.precision)
-    query = decode_tensor(req.query, "query", limits=limits)
-    key = decode_tensor(req.key, "key", limits=limits)
-    value = decode_tensor(req.value, "value", limits=limits)
-    mask = None if req.mask is None else decode_tensor(req.mask, "mask", kind="mask", limits=limits)
-    dims = check_dims(query.shape, key.shape, value.shape)
+    dtype = np.dtype(precision)
+    q = decode_tensor(query, "query", limits=limits)
+    k = decode_tensor(key, "key", limits=limits)
+    v = decode_tensor(value, "value", limits=limits)
+    m = None if mask is None else decode_tensor(mask, "mask", kind="mask", limits=limits)
+    dims = check_dims(q.shape, k.shape, v.shape)
     params = AttentionParams(
-        normalizer=req.normalizer,
-        alpha=req.alpha,
-        scale=req.scale,
-        temperature=req.temperature,
-        causal=req.causal_alignment,
+        normalizer=options.normalizer,
+        alpha=options.alpha,
+        scale=options.scale,
+        temperature=options.temperature,
+        causal=options.causal_alignment,
     )
-    _check_alpha(req.normalizer, req.alpha)
+    _check_alpha(options.normalizer, options.alpha)
     check_params(params)
-    returned = set(req.return_)
-    flops, size = estimate(dims, req.normalizer, returned, req.precision, req.encoding, req.alpha)
+    flops, size = estimate(dims, options.normalizer, returned, precision, encoding, options.alpha)
     if memory is not None:
-        budget.enforce(_budget(runtime), flops, size, memory(dims, returned, req.precision, size))
+        budget.enforce(_budget(runtime), flops, size, memory(dims, returned, precision, size))
     else:  # the forward's memory depends on the engine: checked and reserved when one is chosen (_admission)
         reason = budget.check(_budget(runtime), flops, size)
         if reason is not None:
             raise ProblemError(413, reason)
-    query = codecs.cast_checked(query, dtype, "query")
-    key = codecs.cast_checked(key, dtype, "key")
-    value = codecs.cast_checked(value, dtype, "value")
-    for name, arr in (("query", query), ("key", key), ("value", value)):
-        codecs.check_finite(arr, name)
-    mask = _float_mask_as(mask, dtype)
-    key_lengths = None if req.key_lengths is None else np.asarray(req.key_lengths, dtype=np.int64)
+    q = codecs.finite_as(q, dtype, "query")
+    k = codecs.finite_as(k, dtype, "key")
+    v = codecs.finite_as(v, dtype, "value")
+    m = _float_mask_as(m, dtype)
+    lengths = None if key_lengths is None else np.asarray(key_lengths, dtype=np.int64)
     return AttentionTask(
-        inputs=AttentionInputs(query=query, key=key, value=value, mask=mask, key_lengths=key_lengths),
+        inputs=AttentionInputs(query=q, key=k, value=v, mask=m, key_lengths=lengths),
         params=params,
         dtype=dtype,
-        need_weights=bool({"weights", "diagnostics", "gradient_health"} & returned),
+        need_weights=bool({"weights", "diagnostics", "gradient_health"} & set(returned)),
         # relu's Jacobian depends on the scores, not on the weights alone
         need_scores="scores" in returned
         or "diagnostics" in returned
-        or ("gradient_health" in returned and req.normalizer == "relu"),
+        or ("gradient_health" in returned and options.normalizer == "relu"),
+    )
+
+
+def build_attention_task(
+    req: AttentionRequest,
+    runtime: Runtime,
+    estimate: Estimate = budget.attention_estimate,
+    memory: Memory | None = None,
+) -> AttentionTask:
+    """The engine task of a /v1 request (:func:`attention_task` with the request's fields)."""
+    return attention_task(
+        runtime,
+        query=req.query,
+        key=req.key,
+        value=req.value,
+        mask=req.mask,
+        key_lengths=req.key_lengths,
+        options=req,
+        precision=req.precision,
+        returned=set(req.return_),
+        encoding=req.encoding,
+        estimate=estimate,
+        memory=memory,
     )
 
 
@@ -191,22 +273,23 @@ def gradient_health_report(task: AttentionTask, result: AttentionResult, thresho
     return {"threshold": threshold, "heads": health.heads()}
 
 
-def _admission(runtime: Runtime, req: AttentionRequest, task: AttentionTask) -> Admit:
+def _admission(
+    runtime: Runtime, returned: Collection[str], precision: str, encoding: str, task: AttentionTask
+) -> Admit:
     """The dispatcher's check of each candidate engine: its own work and memory estimates against the
     limits (a reason when over), and, when it fits, its memory reserved on the request's lease.
     """
     limits = _budget(runtime)
-    returned = set(req.return_)
     q, k, v = task.inputs.query.shape, task.inputs.key.shape, task.inputs.value.shape
     dims = check_dims(q, k, v)
-    response = budget.attention_response_bytes(dims, returned, req.precision, req.encoding)
+    response = budget.attention_response_bytes(dims, returned, precision, encoding)
 
     def admit(engine: Engine, task: AttentionTask | BackwardTask) -> str | None:
         estimate = getattr(engine, "cost", None)
         cost = estimate(task) if callable(estimate) else None
         if cost is None:
             return None
-        memory = budget.attention_memory(cost, dims, req.precision, response)
+        memory = budget.attention_memory(cost, dims, precision, response)
         reason = budget.check(limits, cost.work_flops, response, memory)
         if reason is None:
             budget.reserve(memory)
@@ -218,9 +301,25 @@ def _admission(runtime: Runtime, req: AttentionRequest, task: AttentionTask) -> 
 def _compute_attention(runtime: Runtime, req: AttentionRequest) -> dict[str, Any]:
     t0 = time.perf_counter()
     task = build_attention_task(req, runtime)
+    return compute_attention(runtime, task, req.engine, set(req.return_), req.precision, req.encoding, t0)
+
+
+def compute_attention(
+    runtime: Runtime,
+    task: AttentionTask,
+    engine: str,
+    returned: Collection[str],
+    precision: str,
+    encoding: str,
+    t0: float,
+) -> dict[str, Any]:
+    """Run a task on the engine ``engine`` asks for and build the response body (tensors, diagnostics, timings).
+
+    ``t0`` is when the request's decoding started (``time.perf_counter``), for ``timing_ms``.
+    """
     t1 = time.perf_counter()
     try:
-        result, choice = runtime.dispatcher.run(task, req.engine, _admission(runtime, req, task))
+        result, choice = runtime.dispatcher.run(task, engine, _admission(runtime, returned, precision, encoding, task))
     except EngineOverBudget as exc:
         raise ProblemError(413, str(exc)) from None
     except EngineUnavailable as exc:
@@ -228,9 +327,8 @@ def _compute_attention(runtime: Runtime, req: AttentionRequest) -> dict[str, Any
     except EngineNotReady as exc:
         raise ProblemError(503, str(exc), headers={"Retry-After": "5"}) from None
     t2 = time.perf_counter()
-    returned = set(req.return_)
     body: dict[str, Any] = {}
-    enc = req.encoding
+    enc = encoding
     if "output" in returned:
         body["output"] = codecs.encode_tensor(result.output, enc)
     if "weights" in returned and result.weights is not None:
@@ -247,7 +345,7 @@ def _compute_attention(runtime: Runtime, req: AttentionRequest) -> dict[str, Any
             scores=None if result.scores is None else result.scores.reshape(B, Hq, L, -1),
             output=result.output,
             causal=task.params.causal,
-            thresholds=runtime.settings.diagnostic_thresholds(),
+            thresholds=_derived(runtime).thresholds,
         )
         rows = _row_shape(task)
         for k in ROW_KEYS:
@@ -287,35 +385,46 @@ def _attention_response(runtime: Runtime, raw: bytes) -> Response:
 
 
 def _compute_softmax(runtime: Runtime, req: SoftmaxRequest) -> dict[str, Any]:
+    return compute_softmax(runtime, req.logits, req.mask, req, req.precision, req.encoding)
+
+
+def compute_softmax(
+    runtime: Runtime,
+    logits_in: Any,
+    mask_in: Any,
+    options: SoftmaxOptions | SoftmaxRequest,
+    precision: str,
+    encoding: str,
+) -> dict[str, Any]:
+    """Decode (wire forms or arrays), check, normalize and build the response body of a softmax request."""
     t0 = time.perf_counter()
     limits = _limits(runtime)
-    logits = decode_tensor(req.logits, "logits", kind="logits", limits=limits)
-    dtype = np.dtype(req.precision)
-    logits = codecs.cast_checked(logits, dtype, "logits")
-    codecs.check_finite(logits, "logits")
-    mask = None if req.mask is None else decode_tensor(req.mask, "mask", kind="mask", limits=limits)
+    logits = decode_tensor(logits_in, "logits", kind="logits", limits=limits)
+    dtype = np.dtype(precision)
+    logits = codecs.finite_as(logits, dtype, "logits")
+    mask = None if mask_in is None else decode_tensor(mask_in, "mask", kind="mask", limits=limits)
     mask = _float_mask_as(mask, dtype)
-    _check_alpha(req.normalizer, req.alpha)
+    _check_alpha(options.normalizer, options.alpha)
     flops, size = budget.softmax_estimate(
-        logits.shape, req.axis, req.normalizer, req.log, req.precision, req.encoding, req.alpha
+        logits.shape, options.axis, options.normalizer, options.log, precision, encoding, options.alpha
     )
-    budget.enforce(_budget(runtime), flops, size, budget.softmax_memory(logits.shape, req.log, req.precision, size))
+    budget.enforce(_budget(runtime), flops, size, budget.softmax_memory(logits.shape, options.log, precision, size))
     t1 = time.perf_counter()
     result = normalize_logits(
         logits,
-        normalizer=req.normalizer,
-        alpha=req.alpha,
-        temperature=req.temperature,
+        normalizer=options.normalizer,
+        alpha=options.alpha,
+        temperature=options.temperature,
         mask=mask,
-        axis=req.axis,
-        with_log=req.log,
+        axis=options.axis,
+        with_log=options.log,
         dtype=dtype,
     )
     t2 = time.perf_counter()
-    body: dict[str, Any] = {"probabilities": codecs.encode_tensor(result.probabilities, req.encoding)}
+    body: dict[str, Any] = {"probabilities": codecs.encode_tensor(result.probabilities, encoding)}
     if result.log_probabilities is not None:
-        body["log_probabilities"] = codecs.encode_tensor(result.log_probabilities, req.encoding)
-    body["diagnostics"] = probability_diagnostics(result.probabilities, axis=req.axis)
+        body["log_probabilities"] = codecs.encode_tensor(result.log_probabilities, encoding)
+    body["diagnostics"] = probability_diagnostics(result.probabilities, axis=options.axis)
     t3 = time.perf_counter()
     body["timing_ms"] = _timing(start=t0, decode=t1, compute=t2, diagnostics=t3)
     return body

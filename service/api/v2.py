@@ -1,7 +1,7 @@
 """The Open Inference Protocol (KServe V2, as Triton and MLServer speak it) over REST, under /v2.
 
 Two models, ``attention`` and ``softmax``, run the same code as ``/v1/attention``
-and ``/v1/softmax`` (request validation, :func:`service.api.v1.build_attention_task`,
+and ``/v1/softmax`` (the option types, :func:`service.api.v1.attention_task`,
 the engine dispatcher, diagnostics); only the wire form differs:
 
 - tensors are protocol inputs and outputs, as JSON ``data`` or binary
@@ -21,6 +21,7 @@ Content-Encoding, 503 while the model is not ready (with ``Retry-After``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ import numpy as np
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -36,7 +38,7 @@ from service import __version__
 from service.api import gradients, v1
 from service.api.errors import ProblemError, protocol_error_response
 from service.api.gradient_schemas import AttentionBackwardRequest
-from service.api.schemas import AttentionRequest, SoftmaxRequest
+from service.api.schemas import AttentionOptions, SoftmaxOptions
 from service.api.v2_tensors import (
     HEADER_LENGTH,
     PROTOCOL_PARAMETERS,
@@ -148,8 +150,8 @@ def _options(request: InferRequest, model: Model, mapping: Mapping[str, str]) ->
     return out
 
 
-def _validate(schema: type[AttentionRequest] | type[SoftmaxRequest], fields: dict[str, Any], model: Model) -> Any:
-    """Validate with the /v1 schema, naming the offending parameter or input the /v2 way."""
+def _validate(schema: type[BaseModel], fields: dict[str, Any], model: Model) -> Any:
+    """Validate the request parameters once (the /v1 option types), naming the offending parameter the /v2 way."""
     try:
         return v1._validate(schema, fields)
     except ProblemError as exc:
@@ -191,16 +193,26 @@ _ATTENTION_FIELDS = {k: k for k in ("normalizer", "alpha", "temperature", "causa
 
 
 def _run_attention(runtime: Runtime, request: InferRequest) -> tuple[list[tuple[str, np.ndarray]], dict[str, Any]]:
+    t0 = time.perf_counter()
     wanted_outputs = list(request.outputs) if request.outputs_given else list(ATTENTION.default_outputs)
     with_diagnostics = _flag(request, "diagnostics", True)
-    fields = _options(request, ATTENTION, _ATTENTION_FIELDS)
-    fields.update({name: request.inputs[name] for name in ("query", "key", "value", "mask") if name in request.inputs})
-    if "key_lengths" in request.inputs:
-        fields["key_lengths"] = request.inputs["key_lengths"].tolist()
-    fields["precision"] = _precision(request, ("query", "key", "value"))
-    fields["return"] = wanted_outputs + (["diagnostics"] if with_diagnostics else [])
-    req = _validate(AttentionRequest, fields, ATTENTION)
-    body = v1._compute_attention(runtime, req)
+    options = _validate(AttentionOptions, _options(request, ATTENTION, _ATTENTION_FIELDS), ATTENTION)
+    returned = wanted_outputs + (["diagnostics"] if with_diagnostics else [])
+    precision = _precision(request, ("query", "key", "value"))
+    inputs = request.inputs
+    task = v1.attention_task(
+        runtime,
+        query=inputs["query"],
+        key=inputs["key"],
+        value=inputs["value"],
+        mask=inputs.get("mask"),
+        key_lengths=inputs.get("key_lengths"),
+        options=options,
+        precision=precision,
+        returned=returned,
+        encoding="json",
+    )
+    body = v1.compute_attention(runtime, task, options.engine, returned, precision, "json", t0)
     return [(name, body[name]) for name in wanted_outputs], _diagnostics_parameters(body, with_diagnostics)
 
 
@@ -261,10 +273,9 @@ def _run_softmax(runtime: Runtime, request: InferRequest) -> tuple[list[tuple[st
             fields["log"] = True
     else:
         wanted_outputs = ["probabilities"] + (["log_probabilities"] if fields.get("log") is True else [])
-    fields.update({name: request.inputs[name] for name in ("logits", "mask") if name in request.inputs})
-    fields["precision"] = _precision(request, ("logits",))
-    req = _validate(SoftmaxRequest, fields, SOFTMAX)
-    body = v1._compute_softmax(runtime, req)
+    options = _validate(SoftmaxOptions, fields, SOFTMAX)
+    precision = _precision(request, ("logits",))
+    body = v1.compute_softmax(runtime, request.inputs["logits"], request.inputs.get("mask"), options, precision, "json")
     missing = [n for n in wanted_outputs if n not in body]
     if missing:
         raise bad(f"output {missing[0]!r} needs parameter log = true")

@@ -32,6 +32,7 @@ row's ``valid_keys``):
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,6 +51,8 @@ __all__ = [
 _BLOCK_ELEMENTS = 1 << 16
 _F64_MAX = float(np.finfo(np.float64).max)
 _CAUSAL = (None, "top_left", "bottom_right")
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_TINY = {4: float(np.finfo(np.float32).tiny), 8: float(np.finfo(np.float64).tiny)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,13 @@ class _RowStats:
     live: np.ndarray
     distance: np.ndarray | None
     non_finite: int
+    bounded: bool = False
+    """Every weight finite and within +-1e290: entropy and distance cannot overflow (no check needed)."""
+    any_zeros: bool = True
+    """Some weight is exactly 0 (else ``zero_count`` is all 0)."""
+
+
+_BOUND = 1e290  # |A| <= 1e290 over S <= 2**31 keys keeps sum A ln A and sum A |i - j| far below float64's max
 
 
 def _blocks(groups: int, rows: int, keys: int) -> Iterator[tuple[slice, slice]]:
@@ -128,95 +138,154 @@ def _blocks(groups: int, rows: int, keys: int) -> Iterator[tuple[slice, slice]]:
                 yield slice(g, g + 1), slice(l0, min(l0 + per_block, rows))
 
 
+@dataclass(slots=True)
+class _Block:
+    """Per-row results of one block of ``n`` rows (see :func:`_block_stats`)."""
+
+    row_sum: np.ndarray
+    entropy: np.ndarray
+    max_weight: np.ndarray
+    argmax: np.ndarray  # -1 for rows that are not live
+    zero_count: np.ndarray
+    live: np.ndarray
+    non_finite: int
+    bounded: bool
+    any_zeros: bool
+
+
+def _block_stats(src: np.ndarray, log_dtype: np.dtype, tiny: float) -> tuple[_Block, np.ndarray]:
+    """Statistics of the rows of ``src`` ``(n, S)``, and the float64 rows they were computed from."""
+    n, keys = src.shape
+    # float64 rows for the reductions: a copy unless the input already is
+    # float64 (then it is only read, and copied before any write).
+    w2 = src if src.dtype == np.float64 else np.array(src, dtype=np.float64)
+    s = np.einsum("ij->i", w2)
+    # A sum is finite only if every term is, so one check covers the block.
+    nf_rows: np.ndarray | None = None
+    non_finite = 0
+    if not np.isfinite(s).all():
+        bad = ~np.isfinite(w2)
+        nf_rows = np.count_nonzero(bad, axis=1)
+        non_finite = int(nf_rows.sum())
+        w2 = np.where(bad, 0.0, w2)
+        s = np.einsum("ij->i", w2)
+    # Clean blocks are read in their own dtype (cheaper, same result).
+    base = src if nf_rows is None else w2
+    lowest = float(base.min())
+    has_zeros = not lowest > 0  # also true for negative weights
+    if has_zeros:
+        zeros = np.add.reduce(base == 0, axis=1, dtype=np.int64)
+        is_live = zeros < keys
+        if nf_rows is not None:
+            zeros -= nf_rows
+        am = np.where(is_live, base.argmax(axis=1), -1)
+    else:
+        zeros = np.zeros(n, np.int64)
+        is_live = np.ones(n, bool)
+        am = base.argmax(axis=1)
+    mx = w2.max(axis=1)  # the value at the first maximum: exactly w2[i, argmax]
+    bounded = nf_rows is None and -_BOUND <= lowest and float(mx.max()) <= _BOUND
+
+    # Entropy: -sum A ln max(A, tiny); a zero weight contributes 0 * finite = 0.
+    lg_src = base if base.dtype.itemsize <= log_dtype.itemsize else w2
+    if has_zeros:
+        lg = np.maximum(lg_src, tiny, dtype=log_dtype)
+        np.log(lg, out=lg)
+    else:
+        lg = np.log(lg_src, dtype=log_dtype)
+    h = np.einsum("ij,ij->i", w2, lg if lg.dtype == np.float64 else lg.astype(np.float64))
+    np.negative(h, out=h)
+    return _Block(s, h, mx, am, zeros, is_live, non_finite, bounded, has_zeros), w2
+
+
+def _distances(positions: np.ndarray, keys: int) -> np.ndarray:
+    """``|positions_i - j|`` ``(L, S)`` for consecutive query positions; small ones are built once and cached."""
+    rows = positions.size
+    if rows * keys <= 4096:
+        return _distance_table(rows, float(positions[0]) if rows else 0.0, keys)
+    return np.abs(positions[:, None] - np.arange(keys, dtype=np.float64))
+
+
+@functools.lru_cache(maxsize=128)
+def _distance_table(rows: int, first: float, keys: int) -> np.ndarray:
+    table = np.abs((np.arange(rows, dtype=np.float64) + first)[:, None] - np.arange(keys, dtype=np.float64))
+    table.flags.writeable = False
+    return table
+
+
 def _row_stats(a3: np.ndarray, positions: np.ndarray | None) -> _RowStats:
     """Row statistics of ``a3`` ``(G, L, S)`` over its last axis.
 
     ``positions`` (``(L,)`` float64, the query positions) turns on the
-    attention distance ``sum_j A_ij |positions_i - j|``.
+    attention distance ``sum_j A_ij |positions_i - j|``. An input that fits
+    one block (every request of a few thousand weights) is computed in one
+    pass without the result buffers; larger ones block by block, with the
+    same operations on each block, so both give the same numbers.
     """
     groups, rows, keys = a3.shape
     shape = (groups, rows)
+    if keys == 0 or a3.size == 0:
+        return _RowStats(
+            np.zeros(shape, np.float64),
+            np.zeros(shape, np.float64),
+            np.zeros(shape, np.float64),
+            np.full(shape, -1, np.int64),
+            np.zeros(shape, np.int64),
+            np.zeros(shape, bool),
+            np.zeros(shape, np.float64) if positions is not None else None,
+            0,
+        )
+    # ln is evaluated in float32 for inputs of at most 32 bits (2-3 times faster,
+    # relative error ~1e-7, below what such weights carry) and summed in float64.
+    log_dtype = _F32 if a3.dtype.itemsize <= 4 else _F64
+    tiny = _TINY[log_dtype.itemsize]
+    if a3.size <= _BLOCK_ELEMENTS:
+        blk, w2 = _block_stats(a3.reshape(groups * rows, keys), log_dtype, tiny)
+        distance = None
+        if positions is not None:
+            distance = np.einsum("kls,ls->kl", w2.reshape(groups, rows, keys), _distances(positions, keys))
+        return _RowStats(
+            blk.row_sum.reshape(shape),
+            blk.entropy.reshape(shape),
+            blk.max_weight.reshape(shape),
+            blk.argmax.reshape(shape),
+            blk.zero_count.reshape(shape),
+            blk.live.reshape(shape),
+            distance,
+            blk.non_finite,
+            blk.bounded,
+            blk.any_zeros,
+        )
+
     row_sum = np.zeros(shape, np.float64)
     entropy = np.zeros(shape, np.float64)
     max_weight = np.zeros(shape, np.float64)
     argmax = np.full(shape, -1, np.int64)
     zero_count = np.zeros(shape, np.int64)
     live = np.zeros(shape, bool)
-    distance = np.zeros(shape, np.float64) if positions is not None else None
+    distance_all = np.zeros(shape, np.float64) if positions is not None else None
     non_finite = 0
-    if keys == 0 or a3.size == 0:
-        return _RowStats(row_sum, entropy, max_weight, argmax, zero_count, live, distance, 0)
-
     key_pos = np.arange(keys, dtype=np.float64)
-    # ln is evaluated in float32 for inputs of at most 32 bits (2-3 times faster,
-    # relative error ~1e-7, below what such weights carry) and summed in float64.
-    log_dtype = np.dtype(np.float32) if a3.dtype.itemsize <= 4 else np.dtype(np.float64)
-    tiny = float(np.finfo(log_dtype).tiny)
     dist_rows: slice | None = None
     dist_block = np.zeros((0, keys))
-    log_buf: np.ndarray | None = None
-    log64: np.ndarray | None = None
     for gs, ls in _blocks(groups, rows, keys):
         block = a3[gs, ls]
         k, m, _ = block.shape
-        n = k * m
-        src = block.reshape(n, keys)
-        # float64 rows for the reductions: a copy unless the input already is
-        # float64 (then it is only read, and copied before any write).
-        w2 = src if src.dtype == np.float64 else np.array(src, dtype=np.float64)
-        s = np.einsum("ij->i", w2)
-        # A sum is finite only if every term is, so one check covers the block.
-        nf_rows: np.ndarray | None = None
-        if not np.isfinite(s).all():
-            bad = ~np.isfinite(w2)
-            nf_rows = np.count_nonzero(bad, axis=1)
-            non_finite += int(nf_rows.sum())
-            w2 = np.where(bad, 0.0, w2)
-            s = np.einsum("ij->i", w2)
-        # Clean blocks are read in their own dtype (cheaper, same result).
-        base = src if nf_rows is None else w2
-        has_zeros = not base.min() > 0  # also true for negative weights
-        if has_zeros:
-            zeros = np.add.reduce(base == 0, axis=1, dtype=np.int64)
-            is_live = zeros < keys
-            if nf_rows is not None:
-                zeros -= nf_rows
-        else:
-            zeros = np.zeros(n, np.int64)
-            is_live = np.ones(n, bool)
-        am = base.argmax(axis=1)
-        mx = w2[np.arange(n), am]
-
-        # Entropy: -sum A ln max(A, tiny); a zero weight contributes 0 * finite = 0.
-        if log_buf is None or log_buf.shape[0] < n:
-            log_buf = np.empty((n, keys), log_dtype)
-            log64 = np.empty((n, keys), np.float64) if log_dtype != np.float64 else log_buf
-        assert log64 is not None
-        lg = log_buf[:n]
-        lg_src = base if base.dtype.itemsize <= log_dtype.itemsize else w2
-        if has_zeros:
-            np.maximum(lg_src, tiny, out=lg, dtype=log_dtype)
-            np.log(lg, out=lg)
-        else:
-            np.log(lg_src, out=lg, dtype=log_dtype)
-        if lg.dtype != np.float64:
-            np.copyto(log64[:n], lg)
-        h = np.einsum("ij,ij->i", w2, log64[:n])
-        np.negative(h, out=h)
-
+        blk, w2 = _block_stats(block.reshape(k * m, keys), log_dtype, tiny)
+        non_finite += blk.non_finite
         out = (gs, ls)
-        row_sum[out] = s.reshape(k, m)
-        entropy[out] = h.reshape(k, m)
-        max_weight[out] = mx.reshape(k, m)
-        argmax[out] = np.where(is_live, am, -1).reshape(k, m)
-        zero_count[out] = zeros.reshape(k, m)
-        live[out] = is_live.reshape(k, m)
-        if distance is not None and positions is not None:
+        row_sum[out] = blk.row_sum.reshape(k, m)
+        entropy[out] = blk.entropy.reshape(k, m)
+        max_weight[out] = blk.max_weight.reshape(k, m)
+        argmax[out] = blk.argmax.reshape(k, m)
+        zero_count[out] = blk.zero_count.reshape(k, m)
+        live[out] = blk.live.reshape(k, m)
+        if distance_all is not None and positions is not None:
             if dist_rows != ls:
                 dist_block = np.abs(positions[ls, None] - key_pos[None, :])
                 dist_rows = ls
-            distance[out] = np.einsum("kls,ls->kl", w2.reshape(k, m, keys), dist_block)
-    return _RowStats(row_sum, entropy, max_weight, argmax, zero_count, live, distance, non_finite)
+            distance_all[out] = np.einsum("kls,ls->kl", w2.reshape(k, m, keys), dist_block)
+    return _RowStats(row_sum, entropy, max_weight, argmax, zero_count, live, distance_all, non_finite)
 
 
 def _finite(x: np.ndarray) -> np.ndarray:
@@ -236,8 +305,10 @@ def _finite_scalar(x: float) -> float:
 
 def _count_non_finite(x: np.ndarray) -> int:
     """Count NaN and +-inf entries of ``x`` without a full-size temporary."""
-    if not np.issubdtype(x.dtype, np.inexact):
+    if x.dtype.kind not in "fc":
         return 0
+    if x.size <= _BLOCK_ELEMENTS:
+        return int(x.size - np.count_nonzero(np.isfinite(x)))
     flat = x.reshape(-1)
     bad = 0
     for i in range(0, flat.size, _BLOCK_ELEMENTS):
@@ -268,11 +339,12 @@ def _moments(flat: np.ndarray, scale: float) -> tuple[int, float, float, float, 
         nb = v.size
         if nb == 0:
             continue
-        lo = min(lo, float(v.min()))
-        hi = max(hi, float(v.max()))
+        # the ufuncs' reductions themselves (v.min(), v.mean() wrap them in Python: same numbers)
+        lo = min(lo, float(np.minimum.reduce(v)))
+        hi = max(hi, float(np.maximum.reduce(v)))
         if scale != 1.0:
             v *= scale
-        mb = float(v.mean())
+        mb = float(np.add.reduce(v)) / nb
         v -= mb
         m2b = float(np.einsum("i,i->", v, v))
         total = n + nb
@@ -287,7 +359,7 @@ def _moments(flat: np.ndarray, scale: float) -> tuple[int, float, float, float, 
 def _score_stats(scores: np.ndarray) -> dict[str, Any] | None:
     """``min``/``max``/``mean``/``std`` (population) and ``count`` of the finite scores."""
     flat = scores.reshape(-1)
-    if flat.size == 0 or not np.issubdtype(flat.dtype, np.number):
+    if flat.size == 0 or flat.dtype.kind not in "iuf":
         return None
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected just below and redone scaled
         n, lo, hi, mean, var = _moments(flat, 1.0)
@@ -352,40 +424,53 @@ def attention_diagnostics(
     w = np.asarray(weights)
     if w.ndim != 4:
         raise ValueError(f"weights must be 4-D (B, Hq, L, S), got shape {w.shape}")
-    if not np.issubdtype(w.dtype, np.floating):
+    if w.dtype.kind != "f":
         raise ValueError(f"weights must be floating point, got {w.dtype}")
     batch, heads, rows, keys = w.shape
-    try:
-        nv = np.broadcast_to(np.asarray(valid_keys), (batch, heads, rows))
-    except ValueError as exc:
-        raise ValueError(
-            f"valid_keys of shape {np.shape(valid_keys)} does not broadcast to {(batch, heads, rows)}"
-        ) from exc
-    nv = np.clip(nv.astype(np.int64), 0, keys)
+    shape = (batch, heads, rows)
+    nv = np.asarray(valid_keys)
+    if nv.shape != shape:
+        try:
+            nv = np.broadcast_to(nv, shape)
+        except ValueError as exc:
+            raise ValueError(f"valid_keys of shape {np.shape(valid_keys)} does not broadcast to {shape}") from exc
+    # clip to [0, keys] in int64 (np.clip's Python wrapper costs more than the two ufuncs on small arrays)
+    nv = np.minimum(np.maximum(nv if nv.dtype == np.int64 else nv.astype(np.int64), 0), keys)
     if scores is not None and np.shape(scores) != w.shape:
         raise ValueError(f"scores shape {np.shape(scores)} differs from weights shape {w.shape}")
     if causal not in _CAUSAL:
         raise ValueError(f"causal must be None, 'top_left' or 'bottom_right', got {causal!r}")
 
     offset = keys - rows if causal == "bottom_right" else 0
-    positions = np.arange(rows, dtype=np.float64) + offset
-    st = _row_stats(w.reshape(batch * heads, rows, keys), positions)
-    shape = (batch, heads, rows)
+    st = _row_stats(w.reshape(batch * heads, rows, keys), _positions(rows, offset))
     live = st.live.reshape(shape)
-    entropy = np.where(live, np.maximum(_finite(st.entropy.reshape(shape)), 0.0), 0.0)
-    max_weight = _finite(st.max_weight.reshape(shape))
+    finite = (lambda x: x) if st.bounded else _finite  # bounded weights give finite sums: nothing to clamp
+    entropy = np.where(live, np.maximum(finite(st.entropy.reshape(shape)), 0.0), 0.0)
+    max_weight = finite(st.max_weight.reshape(shape))
     argmax = st.argmax.reshape(shape)
-    distance = _finite(st.distance.reshape(shape)) if st.distance is not None else np.zeros(shape)
+    distance = finite(st.distance.reshape(shape)) if st.distance is not None else np.zeros(shape)
     informative = live & (nv >= 2)
 
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        log_n = np.log(np.maximum(nv, 2).astype(np.float64))
-        normalized = np.where(informative, entropy / log_n, 0.0)
-        support = np.where(live, _finite(np.exp(entropy)), 0.0)
-    zeros = np.clip(st.zero_count.reshape(shape) - (keys - nv), 0, nv)
+    # ln n >= ln 2 (no division by zero); exp overflows only past entropy 709, which weights
+    # summing to 1 cannot reach: the error state is set only when it can.
+    log_n = np.log(np.maximum(nv, 2, dtype=np.float64))
+    normalized = np.where(informative, entropy / log_n, 0.0)
+    if entropy.size and float(entropy.max()) > 700.0:
+        with np.errstate(over="ignore"):
+            support = np.where(live, _finite(np.exp(entropy)), 0.0)
+    else:
+        support = np.where(live, np.exp(entropy), 0.0)
+    if st.any_zeros:
+        zeros = np.minimum(np.maximum(st.zero_count.reshape(shape) - (keys - nv), 0), nv)
+    else:  # no zero weight: 0 - (keys - nv) <= 0 clips to 0 everywhere
+        zeros = np.zeros(shape, np.int64)
 
     row_err = np.abs(st.row_sum.reshape(shape) - 1.0)
-    row_sum_max_error = _finite_scalar(float(row_err[live].max())) if live.any() else 0.0
+    n_live = int(np.count_nonzero(live))
+    if n_live == live.size:
+        row_sum_max_error = _finite_scalar(float(np.maximum.reduce(row_err, axis=None)))
+    else:
+        row_sum_max_error = _finite_scalar(float(row_err[live].max())) if n_live else 0.0
     saturated = informative & (max_weight > 1.0 - thresholds.saturation_margin)
     non_finite = st.non_finite
     if output is not None:
@@ -401,12 +486,20 @@ def attention_diagnostics(
         "zeros": zeros,
         "attention_distance": distance,
         "heads": head_list,
-        "fully_masked_rows": int(live.size - np.count_nonzero(live)),
+        "fully_masked_rows": live.size - n_live,
         "row_sum_max_error": row_sum_max_error,
         "non_finite": int(non_finite),
         "saturated_rows": int(np.count_nonzero(saturated)),
         "score_stats": _score_stats(np.asarray(scores)) if scores is not None else None,
     }
+
+
+@functools.lru_cache(maxsize=256)
+def _positions(rows: int, offset: int) -> np.ndarray:
+    """Query positions ``i + offset`` as float64 (read-only: shared by every call with these sizes)."""
+    positions = np.arange(rows, dtype=np.float64) + offset
+    positions.flags.writeable = False
+    return positions
 
 
 def _heads(
@@ -418,35 +511,43 @@ def _heads(
     informative: np.ndarray,
     thresholds: DiagnosticThresholds,
 ) -> list[dict[str, Any]]:
-    """Per-(batch, head) summaries, C order; all-masked heads get 0 and False."""
-    n_live = np.count_nonzero(live, axis=-1)
-    n_info = np.count_nonzero(informative, axis=-1)
-    live_div = np.maximum(n_live, 1)
-    info_div = np.maximum(n_info, 1)
-    mean_entropy = _finite(np.where(live, entropy, 0.0).sum(axis=-1) / live_div)
-    mean_distance = _finite(np.where(live, distance, 0.0).sum(axis=-1) / live_div)
-    mean_normalized = _finite(np.where(informative, normalized, 0.0).sum(axis=-1) / info_div)
-    n_collapsed = np.count_nonzero(informative & (max_weight >= thresholds.collapsed_max_weight), axis=-1)
-    fraction = n_collapsed / info_div
-    collapsed = (n_info > 0) & (fraction > thresholds.collapsed_row_fraction)
-    uniform = (n_info > 0) & (mean_normalized >= thresholds.uniform_normalized_entropy)
+    """Per-(batch, head) summaries, C order; all-masked heads get 0 and False.
 
+    The six per-row quantities summed per head are stacked and reduced in one
+    call (each sum runs over its own contiguous rows, as six separate sums would).
+    ``entropy`` is already 0 off live rows and ``normalized`` off informative ones.
+    """
+    collapsed_rows = informative & (max_weight >= thresholds.collapsed_max_weight)
+    stacked = np.array(
+        (entropy, np.where(live, distance, 0.0), normalized, live, informative, collapsed_rows), np.float64
+    )
+    sums = stacked.sum(axis=-1)  # (6, B, H); the counts are exact in float64
+    counts = sums[3:].astype(np.int64)
+    divisors = np.maximum(counts[:2], 1)
+    means = _finite(sums[:3] / divisors[[0, 0, 1]])  # entropy and distance over live rows, normalized over informative
+    fraction = sums[5] / divisors[1]
+    n_live, n_info, _ = counts.tolist()
+    mean_entropy, mean_distance, mean_normalized = means.tolist()
+    fractions = fraction.tolist()
+    collapsed_above = thresholds.collapsed_row_fraction
+    uniform_above = thresholds.uniform_normalized_entropy
     result: list[dict[str, Any]] = []
     batch, heads = live.shape[:2]
     for b in range(batch):
         for h in range(heads):
+            info = n_info[b][h]
             result.append(
                 {
                     "batch": b,
                     "head": h,
-                    "mean_entropy": float(mean_entropy[b, h]),
-                    "mean_normalized_entropy": float(mean_normalized[b, h]),
-                    "mean_distance": float(mean_distance[b, h]),
-                    "collapsed": bool(collapsed[b, h]),
-                    "uniform": bool(uniform[b, h]),
-                    "live_rows": int(n_live[b, h]),
-                    "informative_rows": int(n_info[b, h]),
-                    "collapsed_fraction": float(fraction[b, h]),
+                    "mean_entropy": mean_entropy[b][h],
+                    "mean_normalized_entropy": mean_normalized[b][h],
+                    "mean_distance": mean_distance[b][h],
+                    "collapsed": info > 0 and fractions[b][h] > collapsed_above,
+                    "uniform": info > 0 and mean_normalized[b][h] >= uniform_above,
+                    "live_rows": n_live[b][h],
+                    "informative_rows": info,
+                    "collapsed_fraction": fractions[b][h],
                 }
             )
     return result
