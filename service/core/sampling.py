@@ -1,0 +1,491 @@
+"""Logits post-processing and sampling (semantics.md, "Logits post-processing"), in numpy only.
+
+The steps, in this order, over the last axis of ``(N, V)`` logits:
+
+1. masks (a boolean keep-mask selects, a float mask adds);
+2. ``repetition_penalty`` r on each distinct previous token: ``z / r`` where ``z > 0``, ``z * r``
+   otherwise (the CTRL rule, Keskar et al. 2019, as Hugging Face's ``RepetitionPenaltyLogitsProcessor``);
+3. ``z - frequency_penalty * count - presence_penalty * [count > 0]`` (OpenAI's rule, as vLLM);
+4. temperature ``z / T``; ``T = 0`` is greedy: one-hot on the argmax of step 3 (lowest id on ties);
+5. ``top_k``: keep values ``>=`` the k-th largest, ties at the boundary kept (``TopKLogitsWarper``);
+6. ``top_p``: in descending probability (lower id first on ties) keep a token while the mass before it is
+   ``< top_p`` (``TopPLogitsWarper``; the softmax is over the tokens top_k kept);
+7. ``min_p``: keep ``p >= min_p * max p`` (``MinPLogitsWarper``);
+8. the final distribution is the softmax over the kept tokens; removed tokens are exactly 0.
+
+Speed: a vocabulary of 256k and hundreds of rows must not be sorted in full. Steps 5-7 keep a prefix of
+the tokens in descending order, so only a top set found by partial selection (``np.argpartition``) is
+sorted. ``top_k`` and ``min_p`` are thresholds, so their kept set is known from one partition; ``top_p``
+alone starts from the top 256 candidates and grows them eightfold until every row's cut falls inside
+the part of its candidates whose order is certain. Every step works on all rows at once.
+
+Drawing: ``uniforms(seed, shape)`` takes 64-bit words from numpy's ``Philox`` (a counter-based generator,
+Salmon et al. 2011, seeded through ``SeedSequence(seed)``; both streams are fixed by numpy) and maps each
+to ``(word >> 11) * 2**-53`` in ``[0, 1)``, one per (row, draw) in C order. A draw is the inverse CDF of
+the final distribution in token-id order: the smallest id whose cumulative probability (float64)
+exceeds ``u`` times the row's total. The tokens depend only on the request and the seed: the same on
+every run and engine; across CPUs only an ulp-level difference of ``exp`` could move a CDF boundary,
+which changes a draw with probability about 1e-16 (float64) or 1e-7 (float32).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
+
+from service.core.errors import InvalidInput
+
+INITIAL_TOP_P_CANDIDATES = 256
+"""Candidates partitioned out first when only ``top_p`` bounds the kept set; eight times more each round."""
+
+MAX_TOP_LOGPROBS = 20
+
+TokenLists = Sequence[int] | Sequence[Sequence[int]] | np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """The options of steps 2-7; the defaults leave the softmax unchanged."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+
+def check_params(params: SamplingParams) -> None:
+    """Reject options outside their ranges (api.md), naming the field."""
+    checks = (
+        ("temperature", math.isfinite(params.temperature) and params.temperature >= 0, "must be a finite number >= 0"),
+        ("top_k", params.top_k >= 0, "must be an integer >= 0 (0 = off)"),
+        ("top_p", 0 < params.top_p <= 1, "must be in (0, 1]"),
+        ("min_p", 0 <= params.min_p < 1, "must be in [0, 1)"),
+        (
+            "repetition_penalty",
+            math.isfinite(params.repetition_penalty) and params.repetition_penalty > 0,
+            "must be a finite number > 0",
+        ),
+        ("presence_penalty", math.isfinite(params.presence_penalty), "must be a finite number"),
+        ("frequency_penalty", math.isfinite(params.frequency_penalty), "must be a finite number"),
+    )
+    for name, ok, msg in checks:
+        if not ok:
+            raise InvalidInput(f"{name} {msg}", (name,))
+
+
+# --------------------------------------------------------------------------- steps 1-3
+
+
+def previous_token_pairs(previous_tokens: TokenLists, rows: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row, token) index pairs of ``previous_tokens``: one list for every row, or one list per row.
+
+    An integer array of rank 2 (the /v2 form) is one list per row, where ``-1`` entries are padding.
+    Ids outside ``[0, vocab)`` are an :class:`InvalidInput` naming the element.
+    """
+    position: np.ndarray  # (T, k): each token's index in the request, for error messages
+    if isinstance(previous_tokens, np.ndarray):
+        arr = previous_tokens
+        if arr.dtype.kind not in "iu" or arr.ndim not in (1, 2):
+            raise InvalidInput("previous_tokens must be integers, one list or one list per row", ("previous_tokens",))
+        per_row = arr.ndim == 2
+        if per_row:
+            if arr.shape[0] != rows:
+                raise InvalidInput(
+                    f"previous_tokens has {arr.shape[0]} rows but the logits have {rows}", ("previous_tokens",)
+                )
+            r, c = np.nonzero(arr != -1)
+            toks = arr[r, c].astype(np.int64)
+            row_ids = r.astype(np.int64)
+            position = np.stack([r, c], axis=1)
+        else:
+            toks = arr.astype(np.int64)
+            row_ids = np.zeros(0, np.int64)
+            position = np.arange(toks.size)[:, None]
+    else:
+        items = list(previous_tokens)
+        per_row = bool(items) and all(isinstance(x, Sequence | np.ndarray) for x in items)
+        if per_row:
+            lists = cast(list[Sequence[int]], items)
+            if len(lists) != rows:
+                raise InvalidInput(
+                    f"previous_tokens has {len(lists)} lists but the logits have {rows} rows", ("previous_tokens",)
+                )
+            lengths = np.array([len(x) for x in lists], dtype=np.int64)
+            toks = np.fromiter((t for x in lists for t in x), dtype=np.int64, count=int(lengths.sum()))
+            row_ids = np.repeat(np.arange(rows, dtype=np.int64), lengths)
+            starts = np.cumsum(lengths) - lengths
+            position = np.stack([row_ids, np.arange(toks.size) - starts[row_ids]], axis=1)
+        else:
+            toks = np.asarray(items, dtype=np.int64).reshape(-1)
+            row_ids = np.zeros(0, np.int64)
+            position = np.arange(toks.size)[:, None]
+    bad = np.nonzero((toks < 0) | (toks >= vocab))[0]
+    if bad.size:
+        i = int(bad[0])
+        where = [int(v) for v in position[i]]
+        raise InvalidInput(
+            f"previous_tokens{where} = {int(toks[i])} is not a token id in [0, {vocab})",
+            ("previous_tokens", *where),
+        )
+    if not per_row:  # one list for every row
+        row_ids = np.repeat(np.arange(rows, dtype=np.int64), toks.size)
+        toks = np.tile(toks, rows)
+    return row_ids, toks
+
+
+def apply_penalties(z: np.ndarray, row_ids: np.ndarray, tokens: np.ndarray, params: SamplingParams) -> None:
+    """Steps 2 and 3, in place on ``z`` (N, V): the repetition penalty once per distinct token, then
+    the frequency and presence penalties (OpenAI's rule: ``- f * count - p * [count > 0]``)."""
+    if tokens.size == 0:
+        return
+    if params.repetition_penalty == 1 and params.frequency_penalty == 0 and params.presence_penalty == 0:
+        return
+    vocab = z.shape[1]
+    keys, counts = np.unique(row_ids * vocab + tokens, return_counts=True)
+    r, c = np.divmod(keys, vocab)
+    vals = z[r, c].astype(np.float64)
+    rep = params.repetition_penalty
+    if rep != 1:
+        with np.errstate(over="ignore"):
+            vals = np.where(vals > 0, vals / rep, vals * rep)
+    vals = vals - params.frequency_penalty * counts - params.presence_penalty
+    with np.errstate(over="ignore"):
+        out = vals.astype(z.dtype)
+    if np.isposinf(out).any() or np.isnan(out).any():
+        raise InvalidInput(f"the penalties make a logit overflow {z.dtype.name}", ("frequency_penalty",))
+    z[r, c] = out
+
+
+def apply_mask(z: np.ndarray, mask: np.ndarray | None) -> None:
+    """Step 1 in place: a boolean mask (True = keep) sets removed tokens to -inf, a float mask is added."""
+    if mask is None:
+        return
+    try:
+        if np.broadcast_shapes(mask.shape, z.shape) != z.shape:
+            raise ValueError
+    except ValueError:
+        raise InvalidInput(
+            f"mask shape {tuple(mask.shape)} does not broadcast to the logits shape {tuple(z.shape)}",
+            ("mask", "shape"),
+        ) from None
+    if mask.dtype == bool:
+        np.copyto(z, -np.inf, where=~mask)
+    else:
+        if np.isnan(mask).any() or np.isposinf(mask).any():
+            raise InvalidInput("a float mask may hold finite numbers or -inf, not NaN or +inf", ("mask",))
+        with np.errstate(over="ignore"):
+            z += mask.astype(z.dtype, copy=False)
+        if np.isposinf(z).any():
+            raise InvalidInput(f"logits + mask overflow {z.dtype.name}", ("mask",))
+
+
+# --------------------------------------------------------------------------- steps 4-8
+
+
+@dataclass(slots=True)
+class Filtered:
+    """The final distribution in sparse form, one row per logits row.
+
+    ``ids`` (N, K) are the candidate tokens of each row and ``probs``/``logprobs`` their final
+    probabilities (0 and -inf for candidates that were removed); every token outside ``ids`` has
+    probability 0. ``ordered`` says the candidates are in descending probability (lower id first on
+    ties); without filters the candidates are the whole vocabulary in id order.
+    """
+
+    ids: np.ndarray
+    probs: np.ndarray
+    logprobs: np.ndarray
+    ordered: bool
+    kept: np.ndarray
+    entropy: np.ndarray
+    removed_mass: np.ndarray
+    vocab: int
+
+    def dense(self, dtype: np.dtype | type) -> np.ndarray:
+        """The final distribution with the logits' shape (N, V)."""
+        out = np.zeros((self.ids.shape[0], self.vocab), dtype=dtype)
+        if self.ids.shape[1] == self.vocab and not self.ordered:
+            out[:] = self.probs
+        else:
+            np.put_along_axis(out, self.ids, self.probs.astype(dtype), axis=-1)
+        return out
+
+
+def _logsumexp(x: np.ndarray, where: np.ndarray | None = None) -> np.ndarray:
+    """Row-wise log-sum-exp (float64) of values whose row max is at most 0 and at least one is finite."""
+    with np.errstate(under="ignore"):
+        e = np.exp(x)
+        if where is not None:
+            e = np.where(where, e, 0)
+        s = np.sum(e, axis=-1, dtype=np.float64)
+    m = np.max(x, axis=-1, where=where if where is not None else True, initial=-np.inf).astype(np.float64)
+    with np.errstate(divide="ignore"):
+        out = np.log(s)
+    # exp(x) underflows to 0 only when the row max is far below 0; recompute those rows shifted.
+    tiny = s == 0
+    if tiny.any():
+        shifted = x[tiny] - m[tiny, None]
+        w = None if where is None else where[tiny]
+        with np.errstate(under="ignore"):
+            e2 = np.exp(shifted)
+            if w is not None:
+                e2 = np.where(w, e2, 0)
+        out[tiny] = m[tiny] + np.log(np.sum(e2, axis=-1, dtype=np.float64))
+    return out
+
+
+def top_indices(y: np.ndarray, k: int) -> np.ndarray:
+    """Indices (N, k) of the k largest values of each row, in no particular order (partial selection)."""
+    vocab = y.shape[1]
+    if k >= vocab:
+        return np.broadcast_to(np.arange(vocab, dtype=np.int64), y.shape).copy()
+    return np.argpartition(y, vocab - k, axis=-1)[:, vocab - k :]
+
+
+def _sorted_candidates(y: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top-k candidates of each row sorted by descending value, lower id first on ties: (ids, values)."""
+    idx = top_indices(y, k)
+    vals = np.take_along_axis(y, idx, axis=-1)
+    order = np.lexsort((idx, -vals), axis=-1)
+    return np.take_along_axis(idx, order, axis=-1), np.take_along_axis(vals, order, axis=-1)
+
+
+def _finish(
+    ids: np.ndarray, vals: np.ndarray, keep: np.ndarray, lse_all: np.ndarray | None, vocab: int, ordered: bool
+) -> Filtered:
+    """Step 8 on the candidates: the softmax over the kept ones, and the per-row diagnostics."""
+    keep = keep & (vals > -np.inf)
+    lse_kept = _logsumexp(vals, keep)
+    with np.errstate(under="ignore", invalid="ignore"):
+        logp = np.where(keep, vals - lse_kept[:, None].astype(vals.dtype), -np.inf)
+        probs = np.exp(logp)
+    positive = probs > 0
+    kept = np.count_nonzero(positive, axis=-1)
+    plogp = probs.astype(np.float64) * np.where(positive, logp, 0.0)
+    entropy = np.maximum(-np.sum(plogp, axis=-1), 0.0)
+    if lse_all is None:
+        removed = np.zeros(ids.shape[0])
+    else:
+        removed = np.clip(-np.expm1(np.minimum(lse_kept - lse_all, 0.0)), 0.0, 1.0)
+    return Filtered(ids, probs, logp, ordered, kept, entropy, removed, vocab)
+
+
+def filter_logits(y: np.ndarray, params: SamplingParams, *, lse_all: np.ndarray | None = None) -> Filtered:
+    """Steps 5-8 on ``y`` (N, V), step 4's values shifted so that each row's max is 0.
+
+    ``lse_all`` (the row log-sum-exp of ``y``) is computed when ``top_p`` needs it and not given; it is
+    also what ``removed_mass`` is measured against (0 reported when it is neither given nor needed).
+    """
+    n_rows, vocab = y.shape
+    k = params.top_k if 0 < params.top_k < vocab else 0
+    top_p = params.top_p < 1
+    thr = np.full(n_rows, -np.inf, dtype=np.float64)
+    t_k = thr
+    count_k = np.full(n_rows, vocab)
+    if k:
+        idx_k = top_indices(y, k)
+        t_k = np.take_along_axis(y, idx_k, axis=-1).min(axis=-1).astype(np.float64)
+        count_k = np.count_nonzero(y >= t_k[:, None].astype(y.dtype), axis=-1)
+        thr = t_k
+    log_min_p = math.log(params.min_p) if params.min_p > 0 else -math.inf
+    thr = np.maximum(thr, log_min_p)
+    thresholded = bool(k) or params.min_p > 0
+    count = count_k
+    if params.min_p > 0:
+        count = np.count_nonzero(y >= thr[:, None].astype(y.dtype), axis=-1)
+
+    if not top_p:
+        if not thresholded:  # nothing to filter: the softmax itself, on the whole vocabulary in id order
+            if lse_all is None:
+                lse_all = _logsumexp(y)
+            ids = np.broadcast_to(np.arange(vocab, dtype=np.int64), y.shape)
+            return _finish(ids, y, np.ones(y.shape, dtype=bool), lse_all, vocab, ordered=False)
+        ids, vals = _sorted_candidates(y, int(count.max()))
+        return _finish(ids, vals, vals >= thr[:, None].astype(vals.dtype), lse_all, vocab, ordered=True)
+
+    if k:
+        kk = int(count_k.max())  # the whole top-k set (ties included) is needed for top_p's softmax
+    elif params.min_p > 0 and int(count.max()) <= INITIAL_TOP_P_CANDIDATES:
+        kk = int(count.max())
+    else:
+        kk = min(vocab, INITIAL_TOP_P_CANDIDATES)
+    if not k and lse_all is None:
+        lse_all = _logsumexp(y)
+    while True:
+        ids, vals = _sorted_candidates(y, kk)
+        if k:
+            in_k = vals >= t_k[:, None].astype(vals.dtype)
+            lse_ref = _logsumexp(vals, in_k)
+        else:
+            in_k = np.ones(vals.shape, dtype=bool)
+            assert lse_all is not None
+            lse_ref = lse_all
+        with np.errstate(under="ignore"):
+            p = np.where(in_k, np.exp(vals.astype(np.float64) - lse_ref[:, None]), 0.0)
+        before = np.cumsum(p, axis=-1) - p
+        keep = in_k & (before < params.top_p)
+        keep[:, 0] = True  # top_p > 0: the most probable token always stays
+        if params.min_p > 0:
+            keep &= vals >= np.asarray(log_min_p).astype(vals.dtype)
+        if kk >= vocab or k:
+            break
+        # The candidates' order is certain above their smallest value; the cut must fall there.
+        certain = np.count_nonzero(vals > vals[:, -1:], axis=-1)
+        n_keep = np.count_nonzero(keep, axis=-1)
+        if bool(np.all((n_keep < certain) | (count <= kk))):
+            break
+        kk = min(vocab, kk * 8)
+    return _finish(ids, vals, keep, lse_all, vocab, ordered=True)
+
+
+def greedy(z: np.ndarray) -> Filtered:
+    """``T = 0``: one-hot on each row's argmax of step 3's values, lowest id on ties (``np.argmax``)."""
+    n_rows, vocab = z.shape
+    ids = np.argmax(z, axis=-1).astype(np.int64)[:, None]
+    ones = np.ones((n_rows, 1), dtype=z.dtype)
+    zero = np.zeros(n_rows)
+    return Filtered(ids, ones, np.zeros_like(ones), True, np.ones(n_rows, dtype=np.int64), zero, zero.copy(), vocab)
+
+
+# --------------------------------------------------------------------------- drawing
+
+
+def uniforms(seed: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Uniform float64 numbers in [0, 1) from ``Philox(seed)``: ``(word >> 11) * 2**-53``, in C order."""
+    count = math.prod(shape)
+    words = np.random.Philox(seed).random_raw(count)
+    return ((np.asarray(words, dtype=np.uint64) >> np.uint64(11)).astype(np.float64) * 2.0**-53).reshape(shape)
+
+
+def _search_rows(cdf: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """For each row i and column j: the first index with ``cdf[i, idx] > target[i, j]`` (K when none)."""
+    n_rows, width = cdf.shape
+    lo = np.zeros(target.shape, dtype=np.int64)
+    hi = np.full(target.shape, width, dtype=np.int64)
+    rows = np.arange(n_rows)[:, None]
+    for _ in range(max(1, width).bit_length() + 1):
+        active = lo < hi
+        if not active.any():
+            break
+        mid = (lo + hi) // 2
+        right = active & (cdf[rows, np.minimum(mid, width - 1)] <= target)
+        lo = np.where(right, mid + 1, lo)
+        hi = np.where(active & ~right, mid, hi)
+    return lo
+
+
+def draw(filtered: Filtered, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens (N, n) and their final log-probabilities: the inverse CDF, in token-id order, at ``u`` (N, n)."""
+    ids, probs, logp = filtered.ids, filtered.probs, filtered.logprobs
+    if filtered.ordered and ids.shape[1] > 1:
+        order = np.argsort(ids, axis=-1, kind="stable")
+        ids = np.take_along_axis(ids, order, axis=-1)
+        probs = np.take_along_axis(probs, order, axis=-1)
+        logp = np.take_along_axis(logp, order, axis=-1)
+    cdf = np.cumsum(probs, axis=-1, dtype=np.float64)
+    target = u * cdf[:, -1:]
+    pos = _search_rows(cdf, target)
+    width = ids.shape[1]
+    last_positive = width - 1 - np.argmax(probs[:, ::-1] > 0, axis=-1)
+    pos = np.minimum(pos, last_positive[:, None])
+    rows = np.arange(ids.shape[0])[:, None]
+    return ids[rows, pos], logp[rows, pos]
+
+
+def top_logprobs(filtered: Filtered, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The m most probable tokens of each row's final distribution (descending, lower id first on ties):
+    (ids, logprobs, valid) of shape (N, m); ``valid`` is False past a row's kept tokens."""
+    ids, logp = filtered.ids, filtered.logprobs
+    if not filtered.ordered:
+        ids, logp = _sorted_candidates(logp, min(m, ids.shape[1]))
+    ids, logp = ids[:, :m], logp[:, :m]
+    valid = np.isfinite(logp) & (np.exp(logp) > 0)
+    return ids, logp, valid
+
+
+# --------------------------------------------------------------------------- the whole pipeline
+
+
+@dataclass(slots=True)
+class RawStats:
+    """Log-sum-exp and entropy of ``softmax(logits)`` as given, per row."""
+
+    max: np.ndarray
+    lse: np.ndarray
+    entropy: np.ndarray
+
+
+def raw_stats(logits: np.ndarray) -> RawStats:
+    """Per-row max, log-sum-exp (of ``logits - max``) and softmax entropy (nats) of finite (N, V) logits."""
+    m = np.max(logits, axis=-1, keepdims=True)
+    x = logits - m
+    with np.errstate(under="ignore"):
+        e = np.exp(x)
+    s = np.sum(e, axis=-1, dtype=np.float64)
+    ex = np.sum(e * x, axis=-1, dtype=np.float64)
+    lse = np.log(s)
+    return RawStats(m[:, 0].astype(np.float64), lse, np.maximum(lse - ex / s, 0.0))
+
+
+@dataclass(slots=True)
+class SampleResult:
+    """Everything /v1/sample can return; fields not asked for are None."""
+
+    filtered: Filtered
+    tokens: np.ndarray | None
+    logprobs: np.ndarray | None
+    raw_logprobs: np.ndarray | None
+    entropy_raw: np.ndarray | None
+
+
+def process(
+    logits: np.ndarray,
+    params: SamplingParams,
+    *,
+    mask: np.ndarray | None = None,
+    previous_tokens: TokenLists | None = None,
+    dtype: np.dtype | type | None = None,
+    removed_mass: bool = True,
+) -> tuple[Filtered, np.ndarray]:
+    """Steps 1-8 on finite logits (V,) or (N, V): the final distribution and step 3's values (N, V).
+
+    Raises :class:`InvalidInput` for bad options, a mask that does not broadcast, token ids out of
+    range, and rows with no token left after the mask (nothing to sample).
+    """
+    check_params(params)
+    if logits.ndim not in (1, 2):
+        raise InvalidInput(f"logits must have rank 1 (V,) or 2 (N, V), got rank {logits.ndim}", ("logits",))
+    dtype = np.dtype(dtype or (logits.dtype if logits.dtype.kind == "f" else np.float64))
+    z = np.array(np.atleast_2d(logits), dtype=dtype, copy=True)
+    n_rows, vocab = z.shape
+    if mask is not None:
+        if mask.ndim > 2:
+            raise InvalidInput(f"mask has rank {mask.ndim}; the logits have rank {logits.ndim}", ("mask", "shape"))
+        apply_mask(z, mask)
+    if previous_tokens is not None:
+        r, t = previous_token_pairs(previous_tokens, n_rows, vocab)
+        apply_penalties(z, r, t, params)
+    zmax = np.max(z, axis=-1, keepdims=True)
+    dead = np.nonzero(zmax[:, 0] == -np.inf)[0]
+    if dead.size:
+        loc: tuple[str | int, ...] = ("mask",) if logits.ndim == 1 else ("mask", int(dead[0]))
+        raise InvalidInput(f"the mask removes every token of row {int(dead[0])}: there is nothing to sample", loc)
+    if params.temperature == 0:
+        return greedy(z), z
+    # Shifting by the row max first keeps z / T finite for any T > 0 (softmax is shift-invariant).
+    with np.errstate(over="ignore"):
+        y = z - zmax
+    if params.temperature != 1:
+        # A temperature below the dtype's smallest normal number would round to 0 (and 0 / 0 is NaN).
+        t = dtype.type(max(params.temperature, float(np.finfo(dtype).tiny)))
+        with np.errstate(under="ignore", over="ignore"):
+            y /= t
+    lse_all = _logsumexp(y) if removed_mass else None
+    return filter_logits(y, params, lse_all=lse_all), z
