@@ -16,10 +16,11 @@ from typing import Any
 from fastapi import FastAPI
 
 from service import __version__
-from service.api import gradients, operations, v1, v2
+from service.api import gradients, logits, operations, v1, v2
 from service.api.docs import install_openapi
 from service.api.errors import install_error_handlers
 from service.api.gradient_schemas import AnalyzeRequest, AttentionBackwardRequest
+from service.api.logits_schemas import CalibrateRequest, SampleRequest
 from service.api.memory import MemoryBudget
 from service.api.schemas import AttentionRequest, SoftmaxRequest
 from service.api.wire import GZipIfAccepted
@@ -96,10 +97,14 @@ def create_app(
     app.include_router(operations.router)
     app.include_router(v1.router)
     app.include_router(gradients.router)
+    app.include_router(logits.router)
     app.include_router(v2.router)
     if settings.gzip_level > 0:  # large answers compressed for clients that accept gzip
         app.add_middleware(GZipIfAccepted, minimum_size=settings.gzip_min_bytes, compresslevel=settings.gzip_level)
-    install_openapi(app, [AttentionRequest, SoftmaxRequest, AttentionBackwardRequest, AnalyzeRequest])
+    install_openapi(
+        app,
+        [AttentionRequest, SoftmaxRequest, AttentionBackwardRequest, AnalyzeRequest, SampleRequest, CalibrateRequest],
+    )
     install_hardening(app, settings)  # middleware, /metrics and the error responses in the schema
     install_tracing(app, settings.tracing, tracer_provider)  # outermost, only when ATTN_TRACING is on
     return app

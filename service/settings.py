@@ -64,6 +64,11 @@ class Settings(BaseSettings):
     max_rank: int = Field(4, ge=2, le=4, description="Largest tensor rank accepted (2 to 4).")
     max_dim: int = Field(16384, ge=1, description="Largest size of any one tensor dimension.")
     max_tensor_elements: int = Field(1 << 24, ge=1, description="Largest element count of any one input tensor.")
+    max_vocab: int = Field(
+        1 << 20,
+        ge=1,
+        description="Largest size of any axis of /v1/sample and /v1/calibrate logits (vocabulary, classes, rows).",
+    )
 
     # Budgets (413 past them, checked before anything large is allocated)
     max_work_flops: float = Field(

@@ -214,6 +214,49 @@ def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.1f} MiB"
 
 
+SAMPLE_NS_PER_LOGIT = 25.0
+"""/v1/sample's passes over each logit: copy, mask, shift, exp, partial selection, counts, raw statistics."""
+SAMPLE_SORT_NS_PER_LOGIT = 150.0
+"""A full sort of every row (``top_p`` alone may grow its candidates to the whole vocabulary)."""
+CALIBRATE_NS_PER_LOGIT = 400.0
+"""/v1/calibrate: about 20 passes (Newton steps, NLL and ECE before and after) of exp and two dot products."""
+
+
+def sample_estimate(
+    rows: int,
+    vocab: int,
+    draws: int,
+    top_logprobs: int,
+    returned: Collection[str],
+    sorts_all: bool,
+    precision: str,
+    encoding: str,
+) -> tuple[float, int, int]:
+    """(flops, response bytes, memory bytes) of one /v1/sample request.
+
+    Memory: the logits and about six same-sized temporaries in the compute dtype, the int64 indices of
+    a partition and a float64 CDF, per logit; the draws; the response.
+    """
+    elements = rows * vocab
+    log_v = math.log2(max(vocab, 2))
+    ns = elements * (SAMPLE_NS_PER_LOGIT + sorts_all * SAMPLE_SORT_NS_PER_LOGIT) + rows * draws * 20.0 * log_v
+    per_number = bytes_per_number(precision, encoding)
+    numbers = rows * draws * (("tokens" in returned) + ("logprobs" in returned) + ("raw_logprobs" in returned))
+    numbers += elements * ("probabilities" in returned)
+    response = numbers * per_number + rows * top_logprobs * 48 * ("top_logprobs" in returned)
+    response += rows * 4 * 25 * ("diagnostics" in returned) + 4096
+    itemsize = 4 if precision == "float32" else 8
+    memory = elements * (7 * itemsize + 16) + rows * draws * 40 + response
+    return ns_as_flops(ns), int(response), int(memory)
+
+
+def calibrate_estimate(rows: int, classes: int, bins: int) -> tuple[float, int, int]:
+    """(flops, response bytes, memory bytes) of one /v1/calibrate request (float64, ~6 temporaries per logit)."""
+    elements = rows * classes
+    response = 2 * bins * 120 + 4096
+    return ns_as_flops(elements * CALIBRATE_NS_PER_LOGIT), response, elements * 8 * 7 + response
+
+
 def check(budget: Budget, flops: float, response_bytes: int, memory_bytes: int | None = None) -> str | None:
     """Why a request over a limit is refused (the 413's detail), or None when it fits."""
     if flops > budget.max_work_flops:
