@@ -152,7 +152,8 @@ async def post_sample(request: Request) -> Response:
     """Masks, repetition/frequency/presence penalties, temperature (0 = greedy), top-k, top-p and min-p, in
     that order (semantics.md), then `n` draws per row from the final distribution with a Philox generator
     seeded by `seed` (drawn by the server and returned when absent): the same request and seed give the
-    same tokens."""
+    same tokens.
+    """
     raw = await read_body(request)
     return await run_cpu(request, len(raw), _sample_response, v1._runtime(request), raw)
 
@@ -197,7 +198,8 @@ def compute_calibrate(runtime: Runtime, req: CalibrateRequest, labels: np.ndarra
 )
 async def post_calibrate(request: Request) -> Response:
     """Temperature scaling (Guo et al. 2017): the T in [0.01, 100] that minimises the mean NLL of the labels,
-    with NLL, expected calibration error and reliability bins before (T = 1) and after."""
+    with NLL, expected calibration error and reliability bins before (T = 1) and after.
+    """
     raw = await read_body(request)
     return await run_cpu(request, len(raw), _calibrate_response, v1._runtime(request), raw)
 

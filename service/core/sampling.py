@@ -142,7 +142,8 @@ def previous_token_pairs(previous_tokens: TokenLists, rows: int, vocab: int) -> 
 
 def apply_penalties(z: np.ndarray, row_ids: np.ndarray, tokens: np.ndarray, params: SamplingParams) -> None:
     """Steps 2 and 3, in place on ``z`` (N, V): the repetition penalty once per distinct token, then
-    the frequency and presence penalties (OpenAI's rule: ``- f * count - p * [count > 0]``)."""
+    the frequency and presence penalties (OpenAI's rule: ``- f * count - p * [count > 0]``).
+    """
     if tokens.size == 0:
         return
     if params.repetition_penalty == 1 and params.frequency_penalty == 0 and params.presence_penalty == 0:
@@ -401,7 +402,8 @@ def draw(filtered: Filtered, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def top_logprobs(filtered: Filtered, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The m most probable tokens of each row's final distribution (descending, lower id first on ties):
-    (ids, logprobs, valid) of shape (N, m); ``valid`` is False past a row's kept tokens."""
+    (ids, logprobs, valid) of shape (N, m); ``valid`` is False past a row's kept tokens.
+    """
     ids, logp = filtered.ids, filtered.logprobs
     if not filtered.ordered:
         ids, logp = _sorted_candidates(logp, min(m, ids.shape[1]))

@@ -175,7 +175,7 @@ def test_defaults_leave_the_softmax_unchanged(rows, dtype) -> None:
     ids=str,
 )
 def test_partial_selection_matches_a_full_sort(vocab: int, opts) -> None:
-    """Large vocabularies, quantized so that ties straddle the candidate boundaries; top_p alone grows its candidates."""
+    """Large vocabularies, quantized so that ties straddle candidate boundaries; top_p alone grows its candidates."""
     rng = np.random.default_rng(vocab)
     z = np.round(rng.standard_normal((3, vocab)) * 2, 1)
     z[1] = np.round(rng.standard_normal(vocab) * 0.2, 2)  # a flat row: top_p needs thousands of tokens
