@@ -261,12 +261,19 @@ def _sorted_candidates(y: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 def _finish(
     ids: np.ndarray, vals: np.ndarray, keep: np.ndarray, lse_all: np.ndarray | None, vocab: int, ordered: bool
 ) -> Filtered:
-    """Step 8 on the candidates: the softmax over the kept ones, and the per-row diagnostics."""
+    """Step 8 on the candidates: the softmax over the kept ones, and the per-row diagnostics.
+
+    The row max (0) is always kept, so ``exp(vals) / sum`` neither overflows nor loses the row; it is
+    more accurate than ``exp(vals - lse)`` in float32.
+    """
     keep = keep & (vals > -np.inf)
-    lse_kept = _logsumexp(vals, keep)
+    with np.errstate(under="ignore"):
+        e = np.where(keep, np.exp(vals), 0)
+    total = np.sum(e, axis=-1, dtype=np.float64)
+    lse_kept = np.log(total)
     with np.errstate(under="ignore", invalid="ignore"):
+        probs = (e / total[:, None]).astype(vals.dtype)
         logp = np.where(keep, vals - lse_kept[:, None].astype(vals.dtype), -np.inf)
-        probs = np.exp(logp)
     positive = probs > 0
     kept = np.count_nonzero(positive, axis=-1)
     plogp = probs.astype(np.float64) * np.where(positive, logp, 0.0)
@@ -404,12 +411,12 @@ def top_logprobs(filtered: Filtered, m: int) -> tuple[np.ndarray, np.ndarray, np
     """The m most probable tokens of each row's final distribution (descending, lower id first on ties):
     (ids, logprobs, valid) of shape (N, m); ``valid`` is False past a row's kept tokens.
     """
-    ids, logp = filtered.ids, filtered.logprobs
-    if not filtered.ordered:
-        ids, logp = _sorted_candidates(logp, min(m, ids.shape[1]))
-    ids, logp = ids[:, :m], logp[:, :m]
-    valid = np.isfinite(logp) & (np.exp(logp) > 0)
-    return ids, logp, valid
+    if filtered.ordered:
+        ids, logp, probs = filtered.ids[:, :m], filtered.logprobs[:, :m], filtered.probs[:, :m]
+    else:
+        ids, logp = _sorted_candidates(filtered.logprobs, min(m, filtered.ids.shape[1]))
+        probs = np.take_along_axis(filtered.probs, ids, axis=-1)
+    return ids, logp, probs > 0
 
 
 # --------------------------------------------------------------------------- the whole pipeline
