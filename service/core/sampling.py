@@ -269,7 +269,7 @@ def _finish(
     keep = keep & (vals > -np.inf)
     with np.errstate(under="ignore"):
         e = np.where(keep, np.exp(vals), 0)
-    total = np.sum(e, axis=-1, dtype=np.float64)
+    total: np.ndarray = e.sum(axis=-1, dtype=np.float64)
     lse_kept = np.log(total)
     with np.errstate(under="ignore", invalid="ignore"):
         probs = (e / total[:, None]).astype(vals.dtype)
