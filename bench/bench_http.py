@@ -54,6 +54,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+# E402: the service imports only after ROOT is on sys.path (the benchmark runs as a script).
 from service.api import v1, v2  # noqa: E402
 from service.api.schemas import AttentionRequest  # noqa: E402
 from service.api.wire import json_response  # noqa: E402

@@ -58,7 +58,7 @@ def build_requests(max_body_bytes: int) -> dict[str, tuple[str, bytes, int]]:
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((2, 16, 16)).round(4).tolist() for _ in range(3))
     qb, kb, vb = (rng.standard_normal((1, 4, 64, 32), dtype=np.float32) for _ in range(3))
-    dump = lambda obj: json.dumps(obj).encode()  # noqa: E731
+    dump = lambda obj: json.dumps(obj).encode()  # noqa: E731 -- a one-line local helper
     return {
         "valid_attention_json": ("/v1/attention", dump({"query": q, "key": k, "value": v, "causal": True}), 30),
         "valid_attention_b64": (

@@ -36,4 +36,5 @@ def install_openapi(app: FastAPI, request_models: list[type[BaseModel]]) -> None
         app.openapi_schema = schema
         return schema
 
+    # Replacing app.openapi is FastAPI's documented way to extend the schema; mypy forbids assigning to a method.
     app.openapi = openapi  # type: ignore[method-assign]

@@ -45,6 +45,8 @@ class AttentionBackwardRequest(AttentionRequest):
         description="Optional gradient with respect to the weights (query.shape[:-1] + (S,)), added to the one "
         "that flows back from the output.",
     )
+    # The backward request returns other names than /v1/attention: pydantic lets a subclass redefine a field,
+    # mypy sees an incompatible override of the base class attribute.
     return_: list[BackwardReturnName] = Field(  # type: ignore[assignment]
         default_factory=lambda: list(DEFAULT_BACKWARD_RETURNS),
         alias="return",

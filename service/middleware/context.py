@@ -42,6 +42,7 @@ class RouteTemplates:
 
     def _compile(self, app: object) -> list[tuple[re.Pattern[str], str]]:
         try:
+            # scope["app"] is the FastAPI app here; a Starlette app without openapi() lands in the except.
             paths = app.openapi().get("paths", {})  # type: ignore[attr-defined]
         except Exception:  # metrics must never break a request
             logger.exception("no OpenAPI paths for the route labels")

@@ -77,4 +77,5 @@ def document_error_responses(app: FastAPI, settings: Settings) -> None:
             app.openapi_schema = schema
         return app.openapi_schema
 
+    # Replacing app.openapi is FastAPI's documented way to extend the schema; mypy forbids assigning to a method.
     app.openapi = openapi  # type: ignore[method-assign]
