@@ -317,7 +317,10 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
             # overflow is a NumericalError, as in the forward pass: never a silent dead row
             check_scores_finite(z.reshape(nkv, ng, nl, d.S), _chunk_keep(p, c), dtype)
             check_live_rows(np.isneginf(z.max(axis=-1)), _chunk_valid(p, c), dtype)
-            a = normalizers.normalize(z, normalizer, alpha=alpha)
+            # softmax runs in place when nothing needs the scores afterwards (relu's and the temperature's
+            # gradients do)
+            in_place = normalizer == "softmax" and "grad_temperature" not in want
+            a = normalizers.normalize(z, normalizer, alpha=alpha, out=z if in_place else None)
             v = p.v[c.b, c.kv]
             if out5 is not None:
                 np.matmul(a, v, out=_chunk_rows(out5, c))
@@ -333,12 +336,21 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
                 da = np.matmul(d_o, v.transpose(0, 2, 1))
                 if gw5 is not None:
                     da += _chunk_rows(gw5, c)
-                dz = normalizers.normalize_backward(normalizer, a, da, alpha=alpha, z=z).astype(dtype, copy=False)
-                ds = dz * factor
+                if normalizer == "softmax":  # dz = a * (da - sum(a * da)), in place in da (finite here)
+                    da *= a
+                    row = da.sum(axis=-1, keepdims=True)
+                    da -= a * row
+                    dz = da
+                else:
+                    dz = normalizers.normalize_backward(normalizer, a, da, alpha=alpha, z=z).astype(dtype, copy=False)
+                # the factor scale/T scales the (rows, E) and (S, E) products, not the (rows, S) dZ
                 if dq5 is not None:
-                    np.matmul(ds, p.k[c.b, c.kv], out=_chunk_rows(dq5, c))
+                    dq_rows = _chunk_rows(dq5, c)
+                    np.matmul(dz, p.k[c.b, c.kv], out=dq_rows)
+                    dq_rows *= factor
                 if dk is not None:
-                    dk_part = np.matmul(ds.transpose(0, 2, 1), _chunk_rows(p.q5, c))
+                    dk_part = np.matmul(dz.transpose(0, 2, 1), _chunk_rows(p.q5, c))
+                    dk_part *= factor
                 if "grad_temperature" in want:
                     t_part = float(np.sum(dz * np.where(np.isneginf(z), 0, z), dtype=np.float64))
                 if gm5 is not None:

@@ -1,0 +1,67 @@
+"""Backward against forward: how much a gradient costs, on each engine, measured in one run.
+
+For a few shapes (float32 softmax, causal, S = L, four query heads per kv head pair as GQA does not
+change the cost), times the forward pass (output and weights) and the backward pass (the gradients of
+query, key and value) on the numpy engine as the service runs it (worker threads, BLAS one thread per
+call) and on the ONNX engine (the fused forward graph, the softmax backward graph), and prints the
+medians and the backward/forward ratio. The ratio is the figure to read: both passes run on the same
+machine in the same minute.
+
+    python bench/bench_backward.py [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+
+import numpy as np
+from timing import median_time
+
+from service.core.backward import BackwardTask
+from service.core.types import AttentionInputs, AttentionParams, AttentionTask
+from service.engines.numpy_engine import NumpyEngine
+from service.engines.onnx_engine import OnnxEngine
+from service.export import DEFAULT_MODELS_DIR
+
+SHAPES = [(1, 8, 128, 64), (2, 12, 256, 64), (4, 12, 512, 64)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    numpy_engine = NumpyEngine()
+    numpy_engine.start()
+    onnx_engine = OnnxEngine(DEFAULT_MODELS_DIR)
+    onnx_engine.start()
+    assert onnx_engine.ready, onnx_engine.describe()
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; "
+        f"numpy engine threads {numpy_engine.threads}; ONNX on {onnx_engine.provider}"
+    )
+    print()
+    print("| shape (B, H, L, E), S = L | engine | forward ms | backward ms | backward / forward |")
+    print("|---|---|---:|---:|---:|")
+    for B, H, L, E in SHAPES:
+        rng = np.random.default_rng(0)
+        q, k, v, g = (rng.standard_normal((B, H, L, E), dtype=np.float32) for _ in range(4))
+        task = AttentionTask(
+            AttentionInputs(q, k, v), AttentionParams(causal="top_left"), np.dtype(np.float32), need_weights=True
+        )
+        backward = BackwardTask(task, g)
+        for name, engine in (("numpy", numpy_engine), ("onnx", onnx_engine)):
+            forward_s = median_time(lambda e=engine: e.run(task), args.repeats)
+            backward_s = median_time(lambda e=engine: e.run_backward(backward), args.repeats)
+            print(
+                f"| ({B}, {H}, {L}, {E}) | {name} | {forward_s * 1e3:.2f} | {backward_s * 1e3:.2f} | "
+                f"{backward_s / forward_s:.2f} |"
+            )
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+    numpy_engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
