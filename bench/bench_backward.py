@@ -52,8 +52,8 @@ def main() -> int:
         )
         backward = BackwardTask(task, g)
         for name, engine in (("numpy", numpy_engine), ("onnx", onnx_engine)):
-            forward_s = median_time(lambda e=engine: e.run(task), args.repeats)
-            backward_s = median_time(lambda e=engine: e.run_backward(backward), args.repeats)
+            forward_s = median_time(lambda e=engine, t=task: e.run(t), args.repeats)
+            backward_s = median_time(lambda e=engine, b=backward: e.run_backward(b), args.repeats)
             print(
                 f"| ({B}, {H}, {L}, {E}) | {name} | {forward_s * 1e3:.2f} | {backward_s * 1e3:.2f} | "
                 f"{backward_s / forward_s:.2f} |"
