@@ -4,8 +4,8 @@ For a few shapes (float32 softmax, causal, S = L, four query heads per kv head p
 change the cost), times the forward pass (output and weights) and the backward pass (the gradients of
 query, key and value) on the numpy engine as the service runs it (worker threads, BLAS one thread per
 call) and on the ONNX engine (the fused forward graph, the softmax backward graph), and prints the
-medians and the backward/forward ratio. The ratio is the figure to read: both passes run on the same
-machine in the same minute.
+medians and the backward/forward ratio. The ratio is the figure to read: the two passes alternate,
+so both see the same machine.
 
     python bench/bench_backward.py [--repeats 7]
 """
@@ -15,9 +15,11 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
+import time
+from collections.abc import Callable
 
 import numpy as np
-from timing import median_time
 
 from service.core.backward import BackwardTask
 from service.core.types import AttentionInputs, AttentionParams, AttentionTask
@@ -26,6 +28,21 @@ from service.engines.onnx_engine import OnnxEngine
 from service.export import DEFAULT_MODELS_DIR
 
 SHAPES = [(1, 8, 128, 64), (2, 12, 256, 64), (4, 12, 512, 64)]
+
+
+def paired_medians(a: Callable[[], object], b: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """Median seconds of ``a`` and of ``b``, called alternately (so a busy neighbour slows both alike)."""
+    a(), b()
+    ta, tb = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a()
+        t1 = time.perf_counter()
+        b()
+        t2 = time.perf_counter()
+        ta.append(t1 - t0)
+        tb.append(t2 - t1)
+    return statistics.median(ta), statistics.median(tb)
 
 
 def main() -> int:
@@ -52,8 +69,9 @@ def main() -> int:
         )
         backward = BackwardTask(task, g)
         for name, engine in (("numpy", numpy_engine), ("onnx", onnx_engine)):
-            forward_s = median_time(lambda e=engine, t=task: e.run(t), args.repeats)
-            backward_s = median_time(lambda e=engine, b=backward: e.run_backward(b), args.repeats)
+            forward_s, backward_s = paired_medians(
+                lambda e=engine, t=task: e.run(t), lambda e=engine, b=backward: e.run_backward(b), args.repeats
+            )
             print(
                 f"| ({B}, {H}, {L}, {E}) | {name} | {forward_s * 1e3:.2f} | {backward_s * 1e3:.2f} | "
                 f"{backward_s / forward_s:.2f} |"

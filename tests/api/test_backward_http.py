@@ -241,12 +241,16 @@ def test_onnx_backward_choices_over_http(onnx_client) -> None:
     }
     auto = onnx_client.post("/v1/attention/backward", json=big)
     assert auto.status_code == 200, auto.text
-    assert auto.json()["engine"]["reason"] == "auto: onnx graph softmax_backward_f32 supports this request"
-    ref = onnx_client.post("/v1/attention/backward", json=big | {"engine": "numpy"}).json()
-    np.testing.assert_allclose(np.array(auto.json()["grad_query"]), np.array(ref["grad_query"]), atol=1e-5)
-    assert auto.json()["grad_scale"] == pytest.approx(ref["grad_scale"], rel=1e-4)
-    sparse = onnx_client.post("/v1/attention/backward", json=big | {"normalizer": "sparsemax"})
-    assert sparse.json()["engine"]["name"] == "numpy" and "no ONNX backward graph" in sparse.json()["engine"]["reason"]
+    assert auto.json()["engine"] == {
+        "name": "numpy",
+        "provider": "CPU/numpy",
+        "reason": "auto: numpy's chunked backward pass is faster than the ONNX backward graph",
+    }
+    onnx = onnx_client.post("/v1/attention/backward", json=big | {"engine": "onnx"}).json()
+    assert onnx["engine"]["reason"] == "requested: onnx graph softmax_backward_f32"
+    np.testing.assert_allclose(np.array(onnx["grad_query"]), np.array(auto.json()["grad_query"]), atol=1e-5)
+    assert onnx["grad_scale"] == pytest.approx(auto.json()["grad_scale"], rel=1e-4)
+    assert len(onnx["gradient_health"]["heads"]) == 8
     assert_problem(
         onnx_client.post("/v1/attention/backward", json=big | {"normalizer": "sparsemax", "engine": "onnx"}),
         422,

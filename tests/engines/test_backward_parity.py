@@ -129,21 +129,26 @@ def test_only_softmax_has_a_backward_graph_and_errors_are_named(onnx_engine: Onn
         onnx_engine.run_backward(BackwardTask(no_mask.task, no_mask.grad_output, want=frozenset({"grad_mask"})))
 
 
-def test_auto_picks_onnx_for_softmax_and_numpy_otherwise(onnx_engine: OnnxEngine) -> None:
+def test_auto_picks_numpy_first_and_onnx_when_named(onnx_engine: OnnxEngine) -> None:
     rng = np.random.default_rng(1)
     d = EngineDispatcher({"numpy": NUMPY, "onnx": onnx_engine})
-    big = backward_task(rng, (2, 8, 4, 32, 32, 16, 16), dtype="float32")  # 16384 scores: above the small-task bound
+    big = backward_task(rng, (2, 8, 4, 32, 32, 16, 16), dtype="float32")
     engine, choice = d.select(big, "auto")
-    assert engine is onnx_engine
-    assert choice.reason == "auto: onnx graph softmax_backward_f32 supports this request"
-    small = backward_task(rng, SHAPES[0], dtype="float32")
-    assert d.select(small, "auto")[1].reason.startswith("auto: small request")
+    assert engine is NUMPY
+    assert choice.reason == "auto: numpy's chunked backward pass is faster than the ONNX backward graph"
+    engine, choice = d.select(big, "onnx")
+    assert engine is onnx_engine and choice.reason == "requested: onnx graph softmax_backward_f32"
+    # the forward order is unchanged, and a dispatcher told to try ONNX first does for the backward
+    assert d.select(big.task, "auto")[0] is onnx_engine
+    onnx_first = EngineDispatcher({"numpy": NUMPY, "onnx": onnx_engine}, backward_order=("onnx", "numpy"))
+    engine, choice = onnx_first.select(big, "auto")
+    assert engine is onnx_engine and choice.reason == "auto: onnx graph softmax_backward_f32 supports this request"
     sparse = backward_task(rng, (2, 8, 4, 32, 32, 16, 16), dtype="float32", normalizer="sparsemax")
-    engine, choice = d.select(sparse, "auto")
+    engine, choice = onnx_first.select(sparse, "auto")
     assert engine is NUMPY and "onnx cannot run this request (no ONNX backward graph" in choice.reason
     with pytest.raises(EngineUnavailable, match="no ONNX backward graph"):
         d.select(sparse, "onnx")
-    result, choice = d.run_backward(big, "auto")
+    result, choice = onnx_first.run_backward(big, "auto")
     assert choice.name == "onnx"
     assert_backward_parity(result, NUMPY.run_backward(big), TOL["float32"])
 
@@ -164,7 +169,7 @@ def test_engines_without_a_backward_pass_are_skipped() -> None:
             return {}
 
     rng = np.random.default_rng(2)
-    d = EngineDispatcher({"numpy": NUMPY, "onnx": ForwardOnly()})
+    d = EngineDispatcher({"numpy": NUMPY, "onnx": ForwardOnly()}, backward_order=("onnx", "numpy"))
     bt = backward_task(rng, (2, 8, 4, 32, 32, 16, 16), dtype="float64")
     engine, choice = d.select(bt, "auto")
     assert engine is NUMPY and "onnx cannot run this request (it has no backward pass)" in choice.reason
