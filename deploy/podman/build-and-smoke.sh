@@ -20,6 +20,7 @@
 #   BASE_IMAGE      base to build on (default localhost/debian-bookworm-py:base,
 #                   made here with debootstrap because no registry is reachable)
 #   IMAGE           tag to build (default localhost/attention-service:dev)
+#   SMOKE_NAME      container name (default attn-smoke-PID, unique per run)
 #   SMOKE_PORT      host port for the smoke run (default 18080; --network host)
 #   DEBIAN_MIRROR   debootstrap mirror (default: the first URIs: of the apt sources)
 #   STOP_LIMIT_S    the longest `podman stop` may take to pass (default 10)
@@ -46,7 +47,8 @@ STOP_LIMIT_S=${STOP_LIMIT_S:-10}
 STEPS=${SMOKE_STEPS:-base build run}
 WORKERS=${SMOKE_WORKERS:-1}
 API_KEY=${SMOKE_API_KEY-smoke-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
-NAME=attn-smoke
+# Unique per run: several developers (and CI) may smoke-test on one machine at once.
+NAME=${SMOKE_NAME:-attn-smoke-$$}
 URL="http://127.0.0.1:${PORT}"
 PYTHON=${SMOKE_PYTHON:-$REPO/.venv/bin/python}
 

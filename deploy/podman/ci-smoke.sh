@@ -31,9 +31,16 @@ for tool in podman runc debootstrap curl; do
 done
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# A tag of its own: another build on this machine cannot swap the image under this run.
+image=localhost/attention-service:ci-$$
 start=$SECONDS
-SMOKE_PORT=$port timeout 1200 deploy/podman/build-and-smoke.sh
+SMOKE_PORT=$port IMAGE=$image timeout 1200 deploy/podman/build-and-smoke.sh
 status=$?
+if [[ $status != 3 ]]; then  # the layers stay cached for the next run; only this run's tag goes
+    CONTAINERS_CONF=${PODMAN_SCRATCH:-/tmp/podman-attn}/conf/containers.conf \
+        CONTAINERS_STORAGE_CONF=${PODMAN_SCRATCH:-/tmp/podman-attn}/conf/storage.conf \
+        podman rmi "$image" >/dev/null 2>&1 || true
+fi
 case $status in
     0) echo "container smoke test: passed in $((SECONDS - start)) s" ;;
     3) echo "container smoke test: SKIPPED, podman cannot run on this machine (see the SKIP line above)"; status=0 ;;
