@@ -540,7 +540,7 @@ class OnnxEngine:
             return key
         if self.backward_graph_for(task) is None:
             normalizer, dtype, _, _ = key
-            return f"no ONNX backward graph in {self.models_dir} serves normalizer {normalizer} in {dtype}"
+            return f"no ONNX backward graph serves normalizer {normalizer} in {dtype}"
         return None
 
     def run_backward(self, task: BackwardTask) -> BackwardResult:

@@ -61,3 +61,20 @@ def test_a_503_does_not_show_the_models_path(tmp_path: Path) -> None:
     assert ready.status_code == 503
     for text in (response.text, ready.text):
         assert "secret-location" not in text and str(tmp_path) not in text, text
+
+
+def test_an_unsupported_request_does_not_show_the_models_path(tmp_path: Path) -> None:
+    import shutil
+
+    models = tmp_path / "secret-location" / "models"
+    shutil.copytree(REPO / "models", models)
+    app = create_app(Settings(models_dir=models))
+    q = [[[[1.0, 0.0], [0.0, 1.0]]]]
+    body = {"query": q, "key": q, "value": q, "grad_output": q, "normalizer": "sparsemax", "engine": "onnx"}
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert app.state.runtime.startup_done.wait(120)
+        assert app.state.runtime.engines["onnx"].ready
+        response = client.post("/v1/attention/backward", json=body)
+    assert response.status_code in (422, 503), response.text
+    assert "no ONNX backward graph serves normalizer sparsemax" in response.text
+    assert "secret-location" not in response.text and str(tmp_path) not in response.text
