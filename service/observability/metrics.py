@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Collection
 from typing import Any
 
 from prometheus_client import (
@@ -37,6 +38,12 @@ disable_created_metrics()  # no ``*_created`` series: they double the output and
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 """The classic text format: what ``generate_latest`` writes and every Prometheus scrapes."""
 
+SIZE_BUCKETS = tuple(float(4**k) for k in range(3, 15))
+"""Body sizes in bytes: 64 B to 256 MiB, by factors of 4."""
+V1_MODELS = {"/v1/attention": "attention", "/v1/softmax": "softmax", "/v1/attention/backward": "attention_backward"}
+"""The model each /v1 route serves (the /v2 routes name theirs in the path)."""
+V2_MODEL_ROUTE = "/v2/models/{model_name}"
+OTHER_MODEL = "other"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 REJECT_REASONS = ("unauthorized", "body_too_large", "queue_full", "queue_timeout", "deadline")
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -47,10 +54,28 @@ def multiprocess_enabled() -> bool:
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
-class ServiceMetrics:
-    """The metrics one service process records."""
+def model_label(route: str, path: str, models: frozenset[str]) -> str:
+    """The model a request addressed, as a bounded label: ``attention``, ``softmax``, ... for the routes that
+    serve one (``other`` for a /v2 model name the server does not have), empty for every other route.
+    """
+    model = V1_MODELS.get(route)
+    if model is not None:
+        return model
+    if route.startswith(V2_MODEL_ROUTE):
+        parts = path.split("/", 4)  # "", "v2", "models", name, ...
+        return parts[3] if len(parts) > 3 and parts[3] in models else OTHER_MODEL
+    return ""
 
-    def __init__(self) -> None:
+
+class ServiceMetrics:
+    """The metrics one service process records.
+
+    ``models``: the model names the server has (the /v2 registry); a request naming another counts as
+    ``other``, so the ``model`` label stays bounded whatever clients send.
+    """
+
+    def __init__(self, models: Collection[str] = ()) -> None:
+        self.models = frozenset(models) | frozenset(V1_MODELS.values())
         self.multiprocess = multiprocess_enabled()
         r = self.registry = CollectorRegistry()
         if not self.multiprocess:
@@ -59,15 +84,29 @@ class ServiceMetrics:
             gc_collector.GCCollector(registry=r)
         self.requests = Counter(
             "attn_http_requests",
-            "HTTP requests answered, by method, route template and status.",
-            ["method", "route", "status"],
+            "HTTP requests answered, by method, route template, model and status.",
+            ["method", "route", "model", "status"],
             registry=r,
         )
         self.latency = Histogram(
             "attn_http_request_duration_seconds",
             "Time from the request's arrival to the end of its response.",
-            ["method", "route"],
+            ["method", "route", "model"],
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.request_size = Histogram(
+            "attn_http_request_size_bytes",
+            "Request body bytes read from the wire (before gzip inflation), by route and model.",
+            ["route", "model"],
+            buckets=SIZE_BUCKETS,
+            registry=r,
+        )
+        self.response_size = Histogram(
+            "attn_http_response_size_bytes",
+            "Response body bytes sent (after compression), by route and model.",
+            ["route", "model"],
+            buckets=SIZE_BUCKETS,
             registry=r,
         )
         self.in_flight = Gauge(
@@ -101,21 +140,39 @@ class ServiceMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._request_children: dict[tuple[str, str, str, int], tuple[Any, Any, Any, Any]] = {}
         for reason in REJECT_REASONS:
             self.rejected.labels(reason)  # exported at 0, so rate() works from the first scrape
 
-    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+    def observe_request(
+        self,
+        method: str,
+        route: str,
+        status: int,
+        seconds: float,
+        *,
+        path: str = "",
+        request_bytes: int | None = None,
+        response_bytes: int | None = None,
+    ) -> None:
+        """One answered request: count, duration and, when given, body sizes, labelled by route and model."""
         method = method if method in METHODS else "OTHER"
-        key = (method, route, status)
+        model = model_label(route, path, self.models)
+        key = (method, route, model, status)
         children = self._request_children.get(key)
         if children is None:  # labels() takes a lock and checks the environment: once per series, not per request
             children = self._request_children[key] = (
-                self.requests.labels(method, route, str(status)),
-                self.latency.labels(method, route),
+                self.requests.labels(method, route, model, str(status)),
+                self.latency.labels(method, route, model),
+                self.request_size.labels(route, model),
+                self.response_size.labels(route, model),
             )
         children[0].inc()
         children[1].observe(seconds)
+        if request_bytes is not None:
+            children[2].observe(request_bytes)
+        if response_bytes is not None:
+            children[3].observe(response_bytes)
 
     def set_admission(self, in_flight: int, queued: int) -> None:
         """The admission gate's state, after each change."""

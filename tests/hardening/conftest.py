@@ -66,17 +66,20 @@ def client_for(engine: Any = None, **overrides: Any) -> Iterator[TestClient]:
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:
-    """The value of one sample in a Prometheus text exposition (0 when absent)."""
-    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    """The sum of the samples of ``name`` whose labels include ``labels`` in a Prometheus text exposition
+    (0 when none): a series with more labels than asked (e.g. ``model``) still counts.
+    """
+    want = set(labels.items())
+    total = 0.0
     for line in text.splitlines():
         if line.startswith("#") or not line.startswith(name):
             continue
         series, _, value = line.rpartition(" ")
         sample, _, label_text = series.partition("{")
-        got = ",".join(sorted(label_text.rstrip("}").split(","))) if label_text else ""
-        if sample == name and got == want:
-            return float(value)
-    return 0.0
+        got = {tuple(pair.split("=", 1)) for pair in label_text.rstrip("}").split(",") if pair} if label_text else set()
+        if sample == name and want <= {(k, v.strip('"')) for k, v in got}:
+            total += float(value)
+    return total
 
 
 PROMTOOL = shutil.which("promtool")

@@ -64,3 +64,14 @@ def test_served_request_records_its_normalizer() -> None:
         text = client.get("/metrics").text
     labels = {"engine": "numpy", "provider": "CPU/numpy", "model": "attention", "normalizer": "sparsemax"}
     assert metric_value(text, "attn_engine_compute_seconds_count", **labels) == 1
+
+
+def test_model_label_is_bounded() -> None:
+    from service.observability.metrics import model_label
+
+    models = frozenset({"attention", "softmax"})
+    assert model_label("/v1/attention", "/v1/attention", models) == "attention"
+    assert model_label("/v1/attention/backward", "/v1/attention/backward", models) == "attention_backward"
+    assert model_label("/v2/models/{model_name}/infer", "/v2/models/softmax/infer", models) == "softmax"
+    assert model_label("/v2/models/{model_name}/ready", "/v2/models/" + "x" * 300 + "/ready", models) == "other"
+    assert model_label("/healthz", "/healthz", models) == ""
