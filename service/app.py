@@ -82,7 +82,16 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Warm-up runs beside the server so that /healthz answers at once and
         # /readyz says 503 until the engines are ready.
-        threading.Thread(target=runtime.start_engines, name="engine-startup", daemon=True).start()
+        record = getattr(getattr(app.state, "metrics", None), "record_engines", None)
+
+        def start() -> None:
+            runtime.start_engines()
+            if callable(record):  # attn_engine_ready: which engines serve (degraded mode shows a 0)
+                record({name: bool(engine.ready) for name, engine in runtime.engines.items()})
+
+        if callable(record):
+            record(dict.fromkeys(runtime.engines, False))
+        threading.Thread(target=start, name="engine-startup", daemon=True).start()
         yield
         runtime.close_engines()
 

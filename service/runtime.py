@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.api.memory import MemoryBudget
-from service.engines.base import Engine
+from service.engines.base import Engine, public_reason
 from service.engines.dispatch import EngineDispatcher
 from service.settings import Settings
 
@@ -32,12 +32,38 @@ class Runtime:
     startup_error: str | None = None
     memory: MemoryBudget | None = None
     """The process-wide budget of estimated bytes in flight (``ATTN_MEMORY_BUDGET_BYTES``)."""
+    _start_errors: dict[str, str] = field(default_factory=dict)
+    """Engines whose ``start`` raised, with the reason fit for clients."""
+
+    @property
+    def required_engines(self) -> frozenset[str]:
+        """Engines without which the service is not ready: numpy always, ONNX with ``ATTN_ONNX_REQUIRED``.
+
+        Another engine that fails to start leaves the service ready in degraded mode: ``auto``
+        serves every request on the engines that did start (README, "Engines").
+        """
+        required = {"numpy"}
+        if getattr(self.settings, "onnx_required", False):
+            required.add("onnx")
+        return frozenset(required)
+
+    def failed_engines(self) -> dict[str, str]:
+        """Engines whose start-up failed, each with the reason fit for clients (no path, no hash)."""
+        failed: dict[str, str] = {}
+        for name, engine in self.engines.items():
+            if name in self._start_errors:
+                failed[name] = self._start_errors[name]
+            elif getattr(engine, "failed", False):
+                reason = getattr(engine, "failure", None) or getattr(engine, "not_ready_reason", None)
+                failed[name] = public_reason(str(reason or "start-up failed"))
+        return failed
 
     def start_engines(self) -> None:
         """Start (load and warm up) every engine that has a ``start`` method; runs in a worker thread.
 
-        Each engine is started on its own: one that fails is logged and named in
-        ``startup_error``, and the others still start.
+        Each engine is started on its own: one that fails is named in ``startup_error``, and the
+        others still start. A failure is logged as one ERROR line (with the server-side detail),
+        which says whether the service degrades to the other engines or is not ready.
         """
         errors = []
         for engine in self.engines.values():
@@ -49,7 +75,12 @@ class Runtime:
                 start()
             except Exception as exc:
                 errors.append(f"{engine.name}: {type(exc).__name__}: {exc}")
-                logger.exception("engine %s failed to start", engine.name)
+                self._start_errors[engine.name] = public_reason(f"{type(exc).__name__}: {exc}")
+                self._log_failure(engine.name, f"{type(exc).__name__}: {exc}", exc_info=True)
+                continue
+            if getattr(engine, "failed", False):
+                detail = getattr(engine, "failure_detail", None) or getattr(engine, "not_ready_reason", None)
+                self._log_failure(engine.name, str(detail))
                 continue
             logger.info(
                 "engine %s started in %.1f ms (ready=%s, provider=%s)",
@@ -60,6 +91,24 @@ class Runtime:
             )
         self.startup_error = "; ".join(errors) or None
         self.startup_done.set()
+
+    def _log_failure(self, name: str, detail: str, *, exc_info: bool = False) -> None:
+        others = ", ".join(n for n in self.engines if n != name) or "none"
+        if name in self.required_engines:
+            consequence = f"it is required ({'ATTN_ONNX_REQUIRED=true' if name == 'onnx' else 'always'}): not ready"
+        else:
+            consequence = (
+                f"degraded mode: ready, every request is served by the other engines ({others}); "
+                + ("set ATTN_ONNX_REQUIRED=true to fail readiness instead" if name == "onnx" else "")
+            ).rstrip("; ")
+        logger.error(
+            "engine %s failed to start: %s; %s",
+            name,
+            detail,
+            consequence,
+            exc_info=exc_info,
+            extra={"engine": name, "engine_failed": True, "degraded": name not in self.required_engines},
+        )
 
     def close_engines(self) -> None:
         """Release what engines hold (thread pools, sessions) at shutdown."""
@@ -73,10 +122,24 @@ class Runtime:
                     logger.exception("closing engine %s failed", engine.name)
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """(ready, details): ready once start-up finished and every configured engine is ready."""
+        """(ready, details): ready once start-up finished and every engine is ready, except engines
+        that failed to start and are not required (degraded mode: ``degraded`` true, ``failed``
+        names each with its reason). The details carry no server path and no hash.
+        """
         engines = {name: bool(engine.ready) for name, engine in self.engines.items()}
-        ready = self.startup_done.is_set() and all(engines.values())
-        details: dict[str, Any] = {"ready": ready, "starting": not self.startup_done.is_set(), "engines": engines}
+        failed = self.failed_engines() if self.startup_done.is_set() else {}
+        required = self.required_engines
+        blocking = [n for n, ok in engines.items() if not ok and (n in required or n not in failed)]
+        ready = self.startup_done.is_set() and not blocking
+        details: dict[str, Any] = {
+            "ready": ready,
+            "starting": not self.startup_done.is_set(),
+            "degraded": ready and bool(failed),
+            "engines": engines,
+            "required": sorted(n for n in required if n in engines),
+        }
+        if failed:
+            details["failed"] = failed
         if self.startup_error:
-            details["error"] = self.startup_error
+            details["error"] = public_reason(self.startup_error)
         return ready, details

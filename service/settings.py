@@ -107,6 +107,11 @@ class Settings(BaseSettings):
         description="The exported ONNX graphs and their manifest; default: the copy shipped in the package.",
     )
     enable_onnx: bool = True
+    onnx_required: bool = Field(
+        False,
+        description="Not ready unless the ONNX engine started; by default a broken or missing graph leaves the "
+        "service ready in degraded mode, serving every request on numpy.",
+    )
     onnx_providers: list[str] | None = Field(
         None, description="Execution providers in order of preference; default: best available."
     )

@@ -115,7 +115,7 @@ def compute_backward(runtime: Runtime, req: AttentionBackwardRequest) -> dict[st
     except EngineUnavailable as exc:
         raise _invalid(str(exc), ["engine"]) from None
     except EngineNotReady as exc:
-        raise ProblemError(503, str(exc), headers={"Retry-After": "5"}) from None
+        raise ProblemError(503, str(exc), headers=exc.headers) from None
     t2 = time.perf_counter()
     body: dict[str, Any] = {}
     for name in TENSOR_RESULTS:

@@ -29,22 +29,29 @@ async def healthz(request: Request) -> Response:
 
 @router.get(
     "/readyz",
-    summary="Readiness: every engine loaded and warmed up (503 until then)",
+    summary="Readiness: every required engine loaded and warmed up (503 until then); degraded when another failed",
     responses={503: {"description": "Not ready; the body says which engine and why"}},
 )
 async def readyz(request: Request) -> Response:
     ready, details = _runtime(request).readiness()
-    details["status"] = "ready" if ready else "not ready"
+    details["status"] = ("degraded" if details.get("degraded") else "ready") if ready else "not ready"
     return json_response(details, status_code=200 if ready else 503, headers=None if ready else {"Retry-After": "5"})
 
 
 @router.get("/v1/engines", summary="Engines, ONNX Runtime providers and versions")
 async def engines(request: Request) -> Response:
     runtime = _runtime(request)
-    return json_response({"engines": [engine.describe() for engine in runtime.engines.values()]})
+    _, details = runtime.readiness()
+    required = runtime.required_engines
+    failed = details.get("failed", {})
+    described = [
+        {**engine.describe(), "required": name in required, **({"failure": failed[name]} if name in failed else {})}
+        for name, engine in runtime.engines.items()
+    ]
+    return json_response({"engines": described, "degraded": details["degraded"], "failed": failed})
 
 
-@router.get("/v1/models", summary="The exported ONNX graphs in models/ and their verified hashes")
+@router.get("/v1/models", summary="The exported ONNX graphs in models/ and whether their hashes verified")
 async def models(request: Request) -> Response:
     runtime = _runtime(request)
     onnx = runtime.engines.get("onnx")

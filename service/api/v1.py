@@ -325,7 +325,7 @@ def compute_attention(
     except EngineUnavailable as exc:
         raise ProblemError(422, str(exc), errors=[{"loc": ["engine"], "msg": str(exc)}]) from None
     except EngineNotReady as exc:
-        raise ProblemError(503, str(exc), headers={"Retry-After": "5"}) from None
+        raise ProblemError(503, str(exc), headers=exc.headers) from None
     t2 = time.perf_counter()
     body: dict[str, Any] = {}
     enc = encoding

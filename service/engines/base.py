@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -55,3 +56,12 @@ class BackwardEngine(Protocol):
     def backward_unsupported_reason(self, task: BackwardTask) -> str | None: ...
 
     def run_backward(self, task: BackwardTask) -> BackwardResult: ...
+
+
+_PATH = re.compile(r"(?<![\w.])(?:[A-Za-z]:)?[/\\][^\s'\"()\[\],;]+")
+_HEX = re.compile(r"\b[0-9a-fA-F]{32,}\b")
+
+
+def public_reason(text: str) -> str:
+    """``text`` without absolute paths or long hex strings (hashes): what an answer to a client may show."""
+    return _HEX.sub("<hash>", _PATH.sub("<path>", text))

@@ -48,7 +48,16 @@ class EngineUnavailable(Exception):
 
 
 class EngineNotReady(Exception):
-    """The requested engine is not ready yet, or failed to start; the message says why (HTTP 503)."""
+    """The requested engine is not ready yet, or failed to start; the message says why (HTTP 503).
+
+    ``headers``: ``Retry-After`` while the engine is starting; none once its start-up failed (it
+    stays unavailable until the process restarts, so retrying the same request cannot help).
+    """
+
+    def __init__(self, message: str, *, failed: bool = False) -> None:
+        super().__init__(message)
+        self.failed = failed
+        self.headers: dict[str, str] | None = None if failed else {"Retry-After": "5"}
 
 
 class EngineOverBudget(Exception):
@@ -171,6 +180,9 @@ class EngineDispatcher:
             enabled = ", ".join(sorted(self.engines)) or "none"
             raise EngineUnavailable(f"engine {requested!r} is not enabled on this server (enabled: {enabled})")
         if not engine.ready:
+            if getattr(engine, "failed", False):  # for good: say what serves instead
+                others = " or ".join(repr(n) for n in ("auto", *self.engines) if n != requested)
+                raise EngineNotReady(f"{_not_ready_reason(engine)}; use engine {others}", failed=True)
             raise EngineNotReady(_not_ready_reason(engine))
         reason = _unsupported(engine, task)
         if reason:

@@ -53,6 +53,7 @@ from service.core.backward import (
 from service.core.errors import InvalidInput, NumericalError
 from service.core.masks import as_4d_mask, keep_mask, valid_key_counts
 from service.core.types import AttentionResult, AttentionTask
+from service.engines.base import public_reason
 from service.engines.cost import Cost, onnx_cost
 
 logger = logging.getLogger("service.engines.onnx")
@@ -137,7 +138,15 @@ def choose_providers(available: list[str], configured: list[str] | None) -> tupl
 
 
 class ModelCheckError(RuntimeError):
-    """The models directory does not match its manifest (missing file, wrong hash, bad manifest)."""
+    """The models directory does not match its manifest (missing file, wrong hash, bad manifest).
+
+    ``str(exc)`` is fit for clients (file names relative to the models directory, no hash);
+    ``detail`` adds what only the server's log should show (the hashes).
+    """
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail or message
 
 
 def verify_models(models_dir: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -171,7 +180,8 @@ def verify_models(models_dir: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
         digest = hashlib.sha256(data).hexdigest()
         if digest != g["sha256"]:
             raise ModelCheckError(
-                f"model file {g['file']} is corrupted: sha256 {digest} does not match the manifest's {g['sha256']}"
+                f"model file {g['file']} is corrupted: its sha256 does not match the manifest's",
+                f"model file {g['file']} is corrupted: sha256 {digest} does not match the manifest's {g['sha256']}",
             )
         blobs[g["name"]] = data
     return manifest, blobs
@@ -215,7 +225,8 @@ class OnnxEngine:
         self.memory_arena = memory_arena
         self._lock = threading.Lock()
         self._state = "new"  # new -> starting -> ready | failed
-        self._error: str | None = None
+        self._error: str | None = None  # why start-up failed, fit for clients (no path, no hash)
+        self._failure_detail: str | None = None  # the same for the server's log (folder, hashes)
         self._warnings: list[str] = []
         self._manifest: dict[str, Any] | None = None
         self._sessions: dict[str, Any] = {}
@@ -240,9 +251,14 @@ class OnnxEngine:
                 self._start()
             except Exception as exc:  # any failure leaves the engine not ready, numpy keeps serving
                 self._sessions = {}
-                self._error = str(exc) if isinstance(exc, ModelCheckError) else f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, ModelCheckError):
+                    self._error, detail = public_reason(str(exc)), exc.detail
+                else:
+                    self._error, detail = public_reason(f"{type(exc).__name__}: {exc}"), f"{type(exc).__name__}: {exc}"
+                self._failure_detail = f"{detail} (models directory {self.models_dir})"
                 self._state = "failed"
-                logger.error("ONNX engine not ready (models directory %s): %s", self.models_dir, self._error)
+                # No log line here: the runtime writes the one line, saying whether the service
+                # degrades to the other engines or is not ready (ATTN_ONNX_REQUIRED).
                 return
             self._state = "ready"
             logger.info(
@@ -343,12 +359,30 @@ class OnnxEngine:
         return self._state == "ready"
 
     @property
+    def failed(self) -> bool:
+        """Start-up failed: the engine stays unavailable until the process restarts."""
+        return self._state == "failed"
+
+    @property
+    def failure(self) -> str | None:
+        """Why start-up failed, fit for clients (no server path, no hash); None unless it failed."""
+        return self._error if self._state == "failed" else None
+
+    @property
+    def failure_detail(self) -> str | None:
+        """Why start-up failed, for the server's log only (it names the models folder and the hashes)."""
+        return self._failure_detail
+
+    @property
     def not_ready_reason(self) -> str | None:
         """Why the engine is not ready (None when it is)."""
         if self._state == "ready":
             return None
         if self._state == "failed":
-            return f"the ONNX engine failed to start: {self._error}"
+            return (
+                f"the ONNX engine failed to start ({self._error}); it stays unavailable until the service "
+                "restarts with intact graphs"
+            )
         if self._state == "starting":
             return "the ONNX engine is still starting (verifying, loading and warming up its graphs)"
         return "the ONNX engine is not started yet (it loads and warms up its graphs at start-up)"
@@ -646,11 +680,11 @@ class OnnxEngine:
             "requested_providers": self._requested_providers,
             "active_providers": self._active_providers,
             "configured_providers": self.configured_providers,
-            "provider_warnings": list(self._warnings),
+            "provider_warnings": [public_reason(w) for w in self._warnings],
             "intra_op_threads": self.intra_op_threads,
             "graph_optimization_level": self.graph_optimization_level,
             "memory_arena": self.memory_arena,
-            "models_dir": str(self.models_dir),
+            "models_source": models_source(self.models_dir),
             "graphs": {name: dict(t) for name, t in self._timings.items()},
         }
 
@@ -666,20 +700,32 @@ class OnnxEngine:
                 manifest = {"graphs": []}
             verified = False
         return {
-            "models_dir": str(self.models_dir),
+            "models_source": models_source(self.models_dir),
             "verified": verified,
             "error": self._error,
             "opset": manifest.get("opset"),
             "ir_version": manifest.get("ir_version"),
             "models": [
                 {
-                    **g,
+                    # the hash stays on the server: "verified" says it matched at start-up
+                    **{k: v for k, v in g.items() if k != "sha256"},
                     "verified": verified,
                     **({"timing": self._timings[g["name"]]} if g.get("name") in self._timings else {}),
                 }
                 for g in manifest.get("graphs", [])
             ],
         }
+
+
+def models_source(models_dir: Path) -> str:
+    """Where the graphs come from, in words (answers to clients name no server path)."""
+    from service.models_location import checkout_models_dir, packaged_models_dir
+
+    resolved = models_dir.resolve()
+    for source, candidate in (("package", packaged_models_dir()), ("checkout", checkout_models_dir())):
+        if candidate is not None and candidate.resolve() == resolved:
+            return source
+    return "ATTN_MODELS_DIR"
 
 
 def _warmup_feeds(entry: dict[str, Any]) -> dict[str, np.ndarray]:

@@ -140,6 +140,14 @@ class ServiceMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.engine_ready = Gauge(
+            "attn_engine_ready",
+            "1 when the engine started and serves requests; 0 while it starts or after its start-up failed "
+            "(degraded mode when it is not required: /readyz says why).",
+            ["engine"],
+            multiprocess_mode="livemin",  # 0 when any live worker lacks the engine
+            registry=r,
+        )
         self._request_children: dict[tuple[str, str, str, int], tuple[Any, Any, Any, Any]] = {}
         for reason in REJECT_REASONS:
             self.rejected.labels(reason)  # exported at 0, so rate() works from the first scrape
@@ -173,6 +181,11 @@ class ServiceMetrics:
             children[2].observe(request_bytes)
         if response_bytes is not None:
             children[3].observe(response_bytes)
+
+    def record_engines(self, ready: dict[str, bool]) -> None:
+        """Each engine's state (``attn_engine_ready``): at start-up, then once start-up is over."""
+        for name, ok in ready.items():
+            self.engine_ready.labels(name).set(1 if ok else 0)
 
     def set_admission(self, in_flight: int, queued: int) -> None:
         """The admission gate's state, after each change."""
