@@ -11,6 +11,7 @@ one random worker.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Collection
@@ -32,6 +33,8 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from service.core.types import NORMALIZERS
 from service.observability.tracing import span
+
+logger = logging.getLogger("service.metrics")
 
 disable_created_metrics()  # no ``*_created`` series: they double the output and nothing here reads them
 
@@ -77,6 +80,8 @@ class ServiceMetrics:
     def __init__(self, models: Collection[str] = ()) -> None:
         self.models = frozenset(models) | frozenset(V1_MODELS.values())
         self.multiprocess = multiprocess_enabled()
+        if self.multiprocess:  # a worker replacing one that died: drop the dead one's live gauges
+            drop_dead_workers()
         r = self.registry = CollectorRegistry()
         if not self.multiprocess:
             process_collector.ProcessCollector(registry=r)
@@ -195,6 +200,7 @@ class ServiceMetrics:
     def exposition(self) -> bytes:
         """The text format of every metric (of all workers in multiprocess mode)."""
         if self.multiprocess:
+            drop_dead_workers()  # a worker killed since the last scrape: its live gauges go now
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)
             return generate_latest(registry)
@@ -211,6 +217,46 @@ def normalizer_label(task: Any) -> str:
     params = getattr(task, "params", None) or getattr(getattr(task, "task", None), "params", None)
     normalizer = getattr(params, "normalizer", None)
     return normalizer if normalizer in NORMALIZERS else "other"
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped by its parent, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):  # no /proc (not Linux), or it just went
+        return True
+
+
+def drop_dead_workers(directory: str | None = None) -> list[int]:
+    """``mark_process_dead`` for every worker with live-gauge files that no longer runs; returns their pids.
+
+    prometheus-client merges each worker's file into the scrape, and a ``livesum`` gauge such as
+    ``attn_http_requests_in_flight`` keeps the count of a worker that died without cleaning up
+    (SIGKILL, out of memory) forever. uvicorn's supervisor replaces such a worker without any hook
+    for the app, so each worker drops the dead ones' files at its start (the replacement does it
+    as it comes up) and at every scrape.
+    """
+    path = directory or os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not path:
+        return []
+    dead: set[int] = set()
+    for name in os.listdir(path):
+        if not (name.startswith("gauge_live") and name.endswith(".db")):
+            continue
+        pid_text = name[: -len(".db")].rpartition("_")[2]
+        if pid_text.isdigit() and int(pid_text) != os.getpid() and not _running(int(pid_text)):
+            dead.add(int(pid_text))
+    for pid in sorted(dead):
+        multiprocess.mark_process_dead(pid, path)
+        logger.warning("dropped the live gauges of worker process %d, which is no longer running", pid)
+    return sorted(dead)
 
 
 class TimedDispatcher:
