@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from service import __version__
-from service.api import gradients, logits, operations, v1, v2
+from service.api import gradients, logits, operations, v1, v2, v2_logits
 from service.api.docs import install_openapi
 from service.api.errors import install_error_handlers
 from service.api.gradient_schemas import AnalyzeRequest, AttentionBackwardRequest
@@ -107,6 +107,7 @@ def create_app(
     app.include_router(v1.router)
     app.include_router(gradients.router)
     app.include_router(logits.router)
+    v2.MODELS.update(v2_logits.MODELS)
     app.include_router(v2.router)
     if settings.gzip_level > 0:  # large answers compressed for clients that accept gzip
         app.add_middleware(GZipIfAccepted, minimum_size=settings.gzip_min_bytes, compresslevel=settings.gzip_level)

@@ -36,6 +36,7 @@ from starlette.responses import Response
 
 from service import __version__
 from service.api import gradients, v1
+from service.api.codecs import TensorLimits
 from service.api.errors import ProblemError, protocol_error_response
 from service.api.gradient_schemas import AttentionBackwardRequest
 from service.api.schemas import AttentionOptions, SoftmaxOptions
@@ -107,6 +108,8 @@ class Model:
     parameters: Mapping[str, str]
     """Request parameters this model reads, with their meaning."""
     run: Callable[[Runtime, InferRequest], tuple[list[tuple[str, np.ndarray]], dict[str, Any]]]
+    limits: Callable[[Runtime], TensorLimits] | None = None
+    """Size limits of the inputs; default: the settings' (``v1._limits``)."""
 
     def metadata(self) -> dict[str, Any]:
         return {
@@ -499,7 +502,7 @@ def _infer(runtime: Runtime, model: Model, body: bytes, header_length: str | Non
         model=model.name,
         inputs=model.inputs,
         outputs=[s.name for s in model.outputs],
-        limits=v1._limits(runtime),
+        limits=(model.limits or v1._limits)(runtime),
     )
     results, parameters = model.run(runtime, request)
     outputs = [(name, arr, request.outputs.get(name, request.binary_default)) for name, arr in results]

@@ -59,6 +59,7 @@ OUTPUT_DATATYPES: dict[np.dtype, str] = {
     np.dtype(np.float32): "FP32",
     np.dtype(np.float64): "FP64",
     np.dtype(bool): "BOOL",
+    np.dtype(np.int64): "INT64",
 }
 
 HEADER_LENGTH = "inference-header-content-length"
