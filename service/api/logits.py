@@ -87,8 +87,17 @@ def compute_sample(
     budget.enforce(v1._budget(runtime), flops, size, memory)
     t1 = time.perf_counter()
     prev = previous_tokens if previous_tokens is not None else req.previous_tokens
+    raw: sampling.RawStats | None = None
+    if "raw_logprobs" in returned or "diagnostics" in returned:
+        raw = sampling.raw_stats(np.atleast_2d(logits))
     filtered, _ = sampling.process(
-        logits, params_of(req), mask=mask, previous_tokens=prev, dtype=dtype, removed_mass="diagnostics" in returned
+        logits,
+        params_of(req),
+        mask=mask,
+        previous_tokens=prev,
+        dtype=dtype,
+        removed_mass="diagnostics" in returned,
+        raw=raw,
     )
     seed = req.seed if req.seed is not None else secrets.randbits(SERVER_SEED_BITS)
     tokens, logprobs = sampling.draw(filtered, sampling.uniforms(seed, (rows, req.n)))
@@ -101,9 +110,6 @@ def compute_sample(
         body["tokens"] = codecs.encode_tensor(tokens.reshape(shape), enc)
     if "logprobs" in returned:
         body["logprobs"] = codecs.encode_tensor(logprobs.astype(dtype).reshape(shape), enc)
-    raw: sampling.RawStats | None = None
-    if "raw_logprobs" in returned or "diagnostics" in returned:
-        raw = sampling.raw_stats(np.atleast_2d(logits))
     if "raw_logprobs" in returned:
         assert raw is not None
         picked = np.take_along_axis(np.atleast_2d(logits), tokens, axis=-1).astype(np.float64)

@@ -40,7 +40,7 @@ import numpy as np
 from service.core.errors import InvalidInput
 
 INITIAL_TOP_P_CANDIDATES = 256
-"""Candidates partitioned out first when only ``top_p`` bounds the kept set; eight times more each round."""
+"""Candidates selected first when only ``top_p`` bounds the kept set; eight times more each round."""
 
 MAX_TOP_LOGPROBS = 20
 
@@ -140,14 +140,15 @@ def previous_token_pairs(previous_tokens: TokenLists, rows: int, vocab: int) -> 
     return row_ids, toks
 
 
-def apply_penalties(z: np.ndarray, row_ids: np.ndarray, tokens: np.ndarray, params: SamplingParams) -> None:
+def apply_penalties(z: np.ndarray, row_ids: np.ndarray, tokens: np.ndarray, params: SamplingParams) -> bool:
     """Steps 2 and 3, in place on ``z`` (N, V): the repetition penalty once per distinct token, then
     the frequency and presence penalties (OpenAI's rule: ``- f * count - p * [count > 0]``).
+    Returns whether any logit changed.
     """
     if tokens.size == 0:
-        return
+        return False
     if params.repetition_penalty == 1 and params.frequency_penalty == 0 and params.presence_penalty == 0:
-        return
+        return False
     vocab = z.shape[1]
     keys, counts = np.unique(row_ids * vocab + tokens, return_counts=True)
     r, c = np.divmod(keys, vocab)
@@ -162,6 +163,7 @@ def apply_penalties(z: np.ndarray, row_ids: np.ndarray, tokens: np.ndarray, para
     if np.isposinf(out).any() or np.isnan(out).any():
         raise InvalidInput(f"the penalties make a logit overflow {z.dtype.name}", ("frequency_penalty",))
     z[r, c] = out
+    return True
 
 
 def apply_mask(z: np.ndarray, mask: np.ndarray | None) -> None:
@@ -215,7 +217,8 @@ class Filtered:
         if self.ids.shape[1] == self.vocab and not self.ordered:
             out[:] = self.probs
         else:
-            np.put_along_axis(out, self.ids, self.probs.astype(dtype), axis=-1)
+            rows, cols = np.nonzero(self.ids >= 0)  # padding (id -1) has no place in the vocabulary
+            out[rows, self.ids[rows, cols]] = self.probs[rows, cols]
         return out
 
 
@@ -242,20 +245,40 @@ def _logsumexp(x: np.ndarray, where: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
-def top_indices(y: np.ndarray, k: int) -> np.ndarray:
-    """Indices (N, k) of the k largest values of each row, in no particular order (partial selection)."""
+def threshold_set(y: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens where ``mask`` holds, per row, sorted by descending value (lower id first on ties).
+
+    Returns (ids, values) of shape (N, K) with K the largest count of a row; shorter rows are padded
+    with id -1 and value -inf, which every later step treats as removed.
+    """
+    n_rows = y.shape[0]
+    rows, cols = np.nonzero(mask)  # row-major: each row's ids ascending
+    counts = np.bincount(rows, minlength=n_rows)
+    width = max(int(counts.max()), 1)
+    if int(counts.min()) == width:
+        ids = cols.reshape(n_rows, width).astype(np.int64, copy=False)
+        vals = np.take_along_axis(y, ids, axis=-1)
+    else:
+        ids = np.full((n_rows, width), -1, dtype=np.int64)
+        vals = np.full((n_rows, width), -np.inf, dtype=y.dtype)
+        starts = np.cumsum(counts) - counts
+        pos = np.arange(cols.size) - starts[rows]
+        ids[rows, pos] = cols
+        vals[rows, pos] = y[rows, cols]
+    order = np.lexsort((ids, -vals), axis=-1)
+    return np.take_along_axis(ids, order, axis=-1), np.take_along_axis(vals, order, axis=-1)
+
+
+def top_set(y: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every token whose value is >= its row's k-th largest (ties at the boundary included), sorted as
+    :func:`threshold_set`. The k-th largest comes from ``np.partition`` (introselect, SIMD for float32
+    and float64), not a sort; ``top_k`` needs no more.
+    """
     vocab = y.shape[1]
     if k >= vocab:
-        return np.broadcast_to(np.arange(vocab, dtype=np.int64), y.shape).copy()
-    return np.argpartition(y, vocab - k, axis=-1)[:, vocab - k :]
-
-
-def _sorted_candidates(y: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The top-k candidates of each row sorted by descending value, lower id first on ties: (ids, values)."""
-    idx = top_indices(y, k)
-    vals = np.take_along_axis(y, idx, axis=-1)
-    order = np.lexsort((idx, -vals), axis=-1)
-    return np.take_along_axis(idx, order, axis=-1), np.take_along_axis(vals, order, axis=-1)
+        return threshold_set(y, np.ones(y.shape, dtype=bool))
+    kth = np.partition(y, vocab - k, axis=-1)[:, vocab - k]
+    return threshold_set(y, y >= kth[:, None])
 
 
 def _finish(
@@ -291,66 +314,58 @@ def filter_logits(y: np.ndarray, params: SamplingParams, *, lse_all: np.ndarray 
     ``lse_all`` (the row log-sum-exp of ``y``) is computed when ``top_p`` needs it and not given; it is
     also what ``removed_mass`` is measured against (0 reported when it is neither given nor needed).
     """
-    n_rows, vocab = y.shape
+    vocab = y.shape[1]
     k = params.top_k if 0 < params.top_k < vocab else 0
-    top_p = params.top_p < 1
-    thr = np.full(n_rows, -np.inf, dtype=np.float64)
-    t_k = thr
-    count_k = np.full(n_rows, vocab)
-    if k:
-        idx_k = top_indices(y, k)
-        t_k = np.take_along_axis(y, idx_k, axis=-1).min(axis=-1).astype(np.float64)
-        count_k = np.count_nonzero(y >= t_k[:, None].astype(y.dtype), axis=-1)
-        thr = t_k
-    log_min_p = math.log(params.min_p) if params.min_p > 0 else -math.inf
-    thr = np.maximum(thr, log_min_p)
-    thresholded = bool(k) or params.min_p > 0
-    count = count_k
-    if params.min_p > 0:
-        count = np.count_nonzero(y >= thr[:, None].astype(y.dtype), axis=-1)
+    log_min_p = np.asarray(math.log(params.min_p) if params.min_p > 0 else -math.inf).astype(y.dtype)
 
-    if not top_p:
-        if not thresholded:  # nothing to filter: the softmax itself, on the whole vocabulary in id order
-            if lse_all is None:
-                lse_all = _logsumexp(y)
-            ids = np.broadcast_to(np.arange(vocab, dtype=np.int64), y.shape)
-            return _finish(ids, y, np.ones(y.shape, dtype=bool), lse_all, vocab, ordered=False)
-        ids, vals = _sorted_candidates(y, int(count.max()))
-        return _finish(ids, vals, vals >= thr[:, None].astype(vals.dtype), lse_all, vocab, ordered=True)
-
-    if k:
-        kk = int(count_k.max())  # the whole top-k set (ties included) is needed for top_p's softmax
-    elif params.min_p > 0 and int(count.max()) <= INITIAL_TOP_P_CANDIDATES:
-        kk = int(count.max())
-    else:
-        kk = min(vocab, INITIAL_TOP_P_CANDIDATES)
-    if not k and lse_all is None:
-        lse_all = _logsumexp(y)
-    while True:
-        ids, vals = _sorted_candidates(y, kk)
+    if params.top_p >= 1:
         if k:
-            in_k = vals >= t_k[:, None].astype(vals.dtype)
-            lse_ref = _logsumexp(vals, in_k)
-        else:
-            in_k = np.ones(vals.shape, dtype=bool)
-            assert lse_all is not None
-            lse_ref = lse_all
-        with np.errstate(under="ignore"):
-            p = np.where(in_k, np.exp(vals.astype(np.float64) - lse_ref[:, None]), 0.0)
-        before = np.cumsum(p, axis=-1) - p
-        keep = in_k & (before < params.top_p)
-        keep[:, 0] = True  # top_p > 0: the most probable token always stays
-        if params.min_p > 0:
-            keep &= vals >= np.asarray(log_min_p).astype(vals.dtype)
-        if kk >= vocab or k:
-            break
-        # The candidates' order is certain above their smallest value; the cut must fall there.
-        certain = np.count_nonzero(vals > vals[:, -1:], axis=-1)
-        n_keep = np.count_nonzero(keep, axis=-1)
-        if bool(np.all((n_keep < certain) | (count <= kk))):
-            break
+            ids, vals = top_set(y, k)
+            return _finish(ids, vals, (ids >= 0) & (vals >= log_min_p), lse_all, vocab, ordered=True)
+        if params.min_p > 0:  # p >= min_p * max p  <=>  y >= log(min_p), the row max being 0
+            ids, vals = threshold_set(y, y >= log_min_p)
+            return _finish(ids, vals, ids >= 0, lse_all, vocab, ordered=True)
+        # Nothing to filter: the softmax itself, over the whole vocabulary in id order.
+        ids = np.broadcast_to(np.arange(vocab, dtype=np.int64), y.shape)
+        return _finish(
+            ids,
+            y,
+            np.ones(y.shape, dtype=bool),
+            lse_all if lse_all is not None else _logsumexp(y),
+            vocab,
+            ordered=False,
+        )
+
+    if k:  # top_p's softmax is over the top-k set, which is all there is to sort
+        ids, vals = top_set(y, k)
+        valid = ids >= 0
+        lse_ref = _logsumexp(vals, valid)
+        keep = _top_p_keep(vals, valid, lse_ref, params.top_p) & (vals >= log_min_p)
+        return _finish(ids, vals, keep, lse_all, vocab, ordered=True)
+
+    if lse_all is None:
+        lse_all = _logsumexp(y)
+    kk = min(vocab, INITIAL_TOP_P_CANDIDATES)
+    while True:
+        # A top set is a prefix of each row's order (ties included), so the decisions inside it are final;
+        # the cut is found once some candidate of every row is removed, or the set is the whole row.
+        ids, vals = top_set(y, kk)
+        valid = ids >= 0
+        keep = _top_p_keep(vals, valid, lse_all, params.top_p) & (vals >= log_min_p)
+        n_cand = np.count_nonzero(valid, axis=-1)
+        if kk >= vocab or bool(np.all(np.count_nonzero(keep, axis=-1) < n_cand)):
+            return _finish(ids, vals, keep, lse_all, vocab, ordered=True)
         kk = min(vocab, kk * 8)
-    return _finish(ids, vals, keep, lse_all, vocab, ordered=True)
+
+
+def _top_p_keep(vals: np.ndarray, valid: np.ndarray, lse_ref: np.ndarray, top_p: float) -> np.ndarray:
+    """Sorted candidates whose preceding mass (float64) under ``exp(vals - lse_ref)`` is below ``top_p``."""
+    with np.errstate(under="ignore"):
+        p = np.where(valid, np.exp(vals.astype(np.float64) - lse_ref[:, None]), 0.0)
+    before = np.cumsum(p, axis=-1) - p
+    keep = valid & (before < top_p)
+    keep[:, 0] = True  # top_p > 0: the most probable token always stays
+    return keep
 
 
 def greedy(z: np.ndarray) -> Filtered:
@@ -414,9 +429,10 @@ def top_logprobs(filtered: Filtered, m: int) -> tuple[np.ndarray, np.ndarray, np
     if filtered.ordered:
         ids, logp, probs = filtered.ids[:, :m], filtered.logprobs[:, :m], filtered.probs[:, :m]
     else:
-        ids, logp = _sorted_candidates(filtered.logprobs, min(m, filtered.ids.shape[1]))
+        ids, logp = top_set(filtered.logprobs, min(m, filtered.ids.shape[1]))
+        ids, logp = ids[:, :m], logp[:, :m]
         probs = np.take_along_axis(filtered.probs, ids, axis=-1)
-    return ids, logp, probs > 0
+    return ids, logp, (probs > 0) & (ids >= 0)
 
 
 # --------------------------------------------------------------------------- the whole pipeline
@@ -438,7 +454,7 @@ def raw_stats(logits: np.ndarray) -> RawStats:
     with np.errstate(under="ignore"):
         e = np.exp(x)
     s = np.sum(e, axis=-1, dtype=np.float64)
-    ex = np.sum(e * x, axis=-1, dtype=np.float64)
+    ex = np.einsum("ij,ij->i", e, x, dtype=np.float64)  # sum of e * x without a temporary
     lse = np.log(s)
     return RawStats(m[:, 0].astype(np.float64), lse, np.maximum(lse - ex / s, 0.0))
 
@@ -462,11 +478,14 @@ def process(
     previous_tokens: TokenLists | None = None,
     dtype: np.dtype | type | None = None,
     removed_mass: bool = True,
+    raw: RawStats | None = None,
 ) -> tuple[Filtered, np.ndarray]:
     """Steps 1-8 on finite logits (V,) or (N, V): the final distribution and step 3's values (N, V).
 
-    Raises :class:`InvalidInput` for bad options, a mask that does not broadcast, token ids out of
-    range, and rows with no token left after the mask (nothing to sample).
+    ``removed_mass=False`` skips the pass that diagnostic needs; ``raw`` (:func:`raw_stats` of the same
+    logits) saves it when steps 1-4 leave the logits as they are. Raises :class:`InvalidInput` for bad
+    options, a mask that does not broadcast, token ids out of range, and rows with no token left after
+    the mask (nothing to sample).
     """
     check_params(params)
     if logits.ndim not in (1, 2):
@@ -478,9 +497,10 @@ def process(
         if mask.ndim > 2:
             raise InvalidInput(f"mask has rank {mask.ndim}; the logits have rank {logits.ndim}", ("mask", "shape"))
         apply_mask(z, mask)
+    penalized = False
     if previous_tokens is not None:
         r, t = previous_token_pairs(previous_tokens, n_rows, vocab)
-        apply_penalties(z, r, t, params)
+        penalized = apply_penalties(z, r, t, params)
     zmax = np.max(z, axis=-1, keepdims=True)
     dead = np.nonzero(zmax[:, 0] == -np.inf)[0]
     if dead.size:
@@ -496,5 +516,9 @@ def process(
         t = dtype.type(max(params.temperature, float(np.finfo(dtype).tiny)))
         with np.errstate(under="ignore", over="ignore"):
             y /= t
-    lse_all = _logsumexp(y) if removed_mass else None
+    unchanged = mask is None and not penalized and params.temperature == 1
+    if raw is not None and unchanged:  # y is the logits minus their max: the raw log-sum-exp is y's
+        lse_all: np.ndarray | None = raw.lse
+    else:
+        lse_all = _logsumexp(y) if removed_mass else None
     return filter_logits(y, params, lse_all=lse_all), z

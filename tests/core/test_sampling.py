@@ -371,3 +371,19 @@ def test_top_logprobs_are_sorted_and_stop_at_the_kept_tokens() -> None:
     plain, _ = S.process(np.array([[1.0, 3.0, 3.0, 2.0, -5.0]]), S.SamplingParams())
     ids, _, valid = S.top_logprobs(plain, 2)
     assert ids[0].tolist() == [1, 2] and valid.all()
+
+
+def test_rows_with_different_kept_counts_are_padded_and_the_padding_is_never_used() -> None:
+    z = np.array([[1.0, 2.0, 2.0, 2.0, 0.0], [5.0, 4.0, 3.0, 2.0, 1.0]])
+    filtered, _ = S.process(z, S.SamplingParams(top_k=2))
+    assert filtered.ids.shape == (2, 3) and filtered.ids[1, 2] == -1 and filtered.probs[1, 2] == 0
+    np.testing.assert_allclose(
+        filtered.dense(np.float64), [[0, 1 / 3, 1 / 3, 1 / 3, 0], [*normalizers.softmax(np.array([5.0, 4.0])), 0, 0, 0]]
+    )
+    tokens, _ = S.draw(filtered, S.uniforms(0, (2, 2000)))
+    assert set(tokens[0].tolist()) == {1, 2, 3} and set(tokens[1].tolist()) == {0, 1}
+    ids, _, valid = S.top_logprobs(filtered, 3)
+    assert ids[0].tolist() == [1, 2, 3] and valid[1].tolist() == [True, True, False]
+    plain, _ = S.process(z, S.SamplingParams())
+    ids, _, valid = S.top_logprobs(plain, 2)
+    assert ids.tolist() == [[1, 2], [0, 1]] and valid.all()
