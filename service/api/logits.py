@@ -139,10 +139,10 @@ def _top_logprobs(filtered: sampling.Filtered, m: int, rank: int) -> Any:
         lists: list[list[dict[str, Any]]] = [[] for _ in range(filtered.ids.shape[0])]
     else:
         ids, logp, valid = sampling.top_logprobs(filtered, m)
-        ids_l, logp_l, valid_l = ids.tolist(), logp.astype(np.float64).tolist(), valid.tolist()
+        # Log-probabilities stay numpy scalars: orjson writes a float32 with its own shortest digits.
         lists = [
             [{"token": t, "logprob": lp} for t, lp, ok in zip(ti, li, vi, strict=True) if ok]
-            for ti, li, vi in zip(ids_l, logp_l, valid_l, strict=True)
+            for ti, li, vi in zip(ids.tolist(), logp, valid.tolist(), strict=True)
         ]
     return lists[0] if rank == 1 else lists
 
