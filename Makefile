@@ -8,7 +8,7 @@ LOCK   := requirements.lock
 # pip-compile (pip-tools) writes the locks: exact versions with every file's sha256.
 PIP_COMPILE := $(BIN)/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: serve check format test bench bench-engines bench-http load-test export-models image smoke-podman lock lock-upgrade clean
+.PHONY: serve check format test bench bench-engines bench-sample bench-http load-test export-models image smoke-podman lock lock-upgrade clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ load-test: $(VENV)/.installed
 
 bench-engines: $(VENV)/.installed
 	$(BIN)/python bench/bench_engines.py
+
+# /v1/sample in-process and over HTTP against plain numpy with full sorts (starts its own server).
+bench-sample: $(VENV)/.installed
+	$(BIN)/python bench/bench_sample.py
 
 export-models: $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -e '.[export]'
