@@ -339,8 +339,12 @@ def _chunk_rows(x5: np.ndarray, c: _Chunk) -> np.ndarray:
     return rows
 
 
-def _chunk_scores(p: _Prepared, c: _Chunk, out: np.ndarray) -> None:
-    """Write the normalizer input ``(scale*QK^T + bias)/T`` of chunk ``c`` into ``out`` (kv heads, rows, S)."""
+def _chunk_scores(p: _Prepared, c: _Chunk, out: np.ndarray, *, check: bool = False) -> None:
+    """Write the normalizer input ``(scale*QK^T + bias)/T`` of chunk ``c`` into ``out`` (kv heads, rows, S).
+
+    ``check``: a score that overflowed at a kept position is a :class:`NumericalError` (checked before
+    the masked positions become ``-inf``, so the usual all-finite chunk costs one cheap pass).
+    """
     q = p.q5[c.b, c.kv, c.g, c.l]
     q = (q * q.dtype.type(p.factor)).reshape(
         out.shape[0], out.shape[1], p.dims.E
@@ -351,6 +355,8 @@ def _chunk_scores(p: _Prepared, c: _Chunk, out: np.ndarray) -> None:
     if bias is not None:
         z4 += bias
     drop = _mask_chunk(p.drop5, c)
+    if check:
+        check_scores_finite(z4, None if drop is None else ~drop, out.dtype)
     if drop is not None:
         np.copyto(z4, -np.inf, where=drop)
 
@@ -436,9 +442,8 @@ def _forward_chunk(
             else:
                 np.matmul(a.astype(out.dtype), v, out=out)
             return
-        _chunk_scores(p, c, z)
+        _chunk_scores(p, c, z, check=scores5 is not None)
         if scores5 is not None:
-            check_scores_finite(z.reshape(z.shape[0], -1, c.l.stop - c.l.start, d.S), _chunk_keep(p, c), z.dtype)
             _chunk_rows(scores5, c)[...] = z
         if normalizer == "softmax":
             sums, dead = _exp_shifted(z)

@@ -277,3 +277,22 @@ def test_v2_softmax_log_overflow_is_a_400(both) -> None:
     }
     r = both.post("/v2/models/softmax/infer", json=infer)
     assert r.status_code == 400 and "beyond float32" in r.json()["error"], r.text
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_v2_attention_overflow_is_a_400_in_fp32_and_right_in_fp64(both, engine) -> None:
+    def infer(datatype: str) -> Any:
+        inputs = [
+            {"name": "query", "shape": [1, 1], "datatype": datatype, "data": [1e20]},
+            {"name": "key", "shape": [2, 1], "datatype": datatype, "data": [-1e20, -1e20]},
+            {"name": "value", "shape": [2, 1], "datatype": datatype, "data": [1.0, 2.0]},
+        ]
+        return both.post("/v2/models/attention/infer", json={"inputs": inputs, "parameters": {"engine": engine}})
+
+    r = infer("FP32")
+    assert r.status_code == 400 and "overflow float32" in r.json()["error"], r.text
+    r = infer("FP64")
+    assert r.status_code == 200, r.text
+    outputs = {o["name"]: o["data"] for o in r.json()["outputs"]}
+    assert outputs["weights"] == [0.5, 0.5] and outputs["output"] == [1.5]
+    assert r.json()["parameters"]["engine"] == engine
