@@ -161,6 +161,11 @@ def test_onnx_required_makes_a_broken_graph_fail_readiness(tmp_path: Path, caplo
     assert len(lines) == 1 and "ATTN_ONNX_REQUIRED=true" in lines[0] and "not ready" in lines[0], lines
 
 
-def test_healthy_service_is_ready_and_not_degraded(client) -> None:
-    body = client.get("/readyz").json()
-    assert body["status"] == "ready" and body["degraded"] is False and "failed" not in body
+def test_healthy_service_is_ready_and_not_degraded() -> None:
+    app = create_app(Settings())
+    with TestClient(app, raise_server_exceptions=False) as c:
+        assert app.state.runtime.startup_done.wait(60)
+        body = c.get("/readyz").json()
+        assert body["status"] == "ready" and body["degraded"] is False and "failed" not in body
+        assert body["engines"] == {"numpy": True, "onnx": True}
+        assert metric_value(c.get("/metrics").text, "attn_engine_ready", engine="onnx") == 1
