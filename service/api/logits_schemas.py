@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema
 
 from service.api.schemas import OutTensor, TensorField
 from service.core.sampling import MAX_TOP_LOGPROBS
@@ -17,6 +17,19 @@ SERVER_SEED_BITS = 53
 """Seeds the server draws fit in 53 bits, so that JavaScript numbers carry them back exactly."""
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+PreviousTokens = Annotated[
+    list[Any],
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                {"type": "array", "items": {"type": "array", "items": {"type": "integer", "minimum": 0}}},
+            ]
+        }
+    ),
+]
+"""Checked by :func:`service.core.sampling.previous_token_pairs`, which names the offending element
+(``["previous_tokens", row, i]``) where a pydantic union would name its branches."""
 SampleReturn = Literal["tokens", "logprobs", "raw_logprobs", "top_logprobs", "probabilities", "diagnostics"]
 DEFAULT_RETURN: tuple[SampleReturn, ...] = ("tokens", "logprobs", "diagnostics")
 
@@ -35,7 +48,7 @@ class SampleRequest(BaseModel):
     )
     frequency_penalty: FiniteFloat = Field(0.0, description="Step 3: minus this times the token's count.")
     presence_penalty: FiniteFloat = Field(0.0, description="Step 3: minus this once for each token that occurred.")
-    previous_tokens: list[StrictInt] | list[list[StrictInt]] | None = Field(
+    previous_tokens: PreviousTokens | None = Field(
         None, description="Token ids seen so far: one list for every row, or one list per row; ids in [0, V)."
     )
     temperature: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(

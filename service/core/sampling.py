@@ -110,22 +110,28 @@ def previous_token_pairs(previous_tokens: TokenLists, rows: int, vocab: int) -> 
             position = np.arange(toks.size)[:, None]
     else:
         items = list(previous_tokens)
-        per_row = bool(items) and all(isinstance(x, Sequence | np.ndarray) for x in items)
+        per_row = bool(items) and isinstance(items[0], list | tuple | np.ndarray)
         if per_row:
-            lists = cast(list[Sequence[int]], items)
-            if len(lists) != rows:
+            for i, x in enumerate(items):
+                if not isinstance(x, list | tuple | np.ndarray):
+                    raise InvalidInput(
+                        f"previous_tokens[{i}] must be a list of token ids: give one list per row, or one flat list",
+                        ("previous_tokens", i),
+                    )
+                _check_ids(x, vocab, (i,))
+            if len(items) != rows:
                 raise InvalidInput(
-                    f"previous_tokens has {len(lists)} lists but the logits have {rows} rows", ("previous_tokens",)
+                    f"previous_tokens has {len(items)} lists but the logits have {rows} rows", ("previous_tokens",)
                 )
+            lists = cast(list[Sequence[int]], items)
             lengths = np.array([len(x) for x in lists], dtype=np.int64)
             toks = np.fromiter((t for x in lists for t in x), dtype=np.int64, count=int(lengths.sum()))
             row_ids = np.repeat(np.arange(rows, dtype=np.int64), lengths)
-            starts = np.cumsum(lengths) - lengths
-            position = np.stack([row_ids, np.arange(toks.size) - starts[row_ids]], axis=1)
         else:
+            _check_ids(items, vocab, ())
             toks = np.asarray(items, dtype=np.int64).reshape(-1)
             row_ids = np.zeros(0, np.int64)
-            position = np.arange(toks.size)[:, None]
+        position = np.zeros((0, 1), dtype=np.int64)  # every id was checked above
     bad = np.nonzero((toks < 0) | (toks >= vocab))[0]
     if bad.size:
         i = int(bad[0])
@@ -138,6 +144,17 @@ def previous_token_pairs(previous_tokens: TokenLists, rows: int, vocab: int) -> 
         row_ids = np.repeat(np.arange(rows, dtype=np.int64), toks.size)
         toks = np.tile(toks, rows)
     return row_ids, toks
+
+
+def _check_ids(ids: Sequence[object] | np.ndarray, vocab: int, where: tuple[int, ...]) -> None:
+    """Each element an integer token id in [0, vocab), or an :class:`InvalidInput` naming the first that is not."""
+    for j, t in enumerate(ids):
+        if isinstance(t, bool) or not isinstance(t, int | np.integer) or not 0 <= t < vocab:
+            loc = (*where, j)
+            what = "an integer" if isinstance(t, bool) or not isinstance(t, int | np.integer) else "a token id"
+            raise InvalidInput(
+                f"previous_tokens{list(loc)} = {t!r} is not {what} in [0, {vocab})", ("previous_tokens", *loc)
+            )
 
 
 def apply_penalties(z: np.ndarray, row_ids: np.ndarray, tokens: np.ndarray, params: SamplingParams) -> bool:
