@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -77,7 +78,16 @@ def test_media_type_rule() -> None:
     assert not is_json_media_type("application/json; charset=utf-16")
 
 
+def wait_ready(client: TestClient) -> None:
+    """/v2 inference answers 503 until start-up is over (the shared client does not wait for it)."""
+    deadline = time.monotonic() + 30
+    while client.get("/v2/health/ready").status_code != 200:
+        assert time.monotonic() < deadline, "the app never became ready"
+        time.sleep(0.01)
+
+
 def test_v2_still_takes_octet_stream_and_json(client) -> None:
+    wait_ready(client)
     infer = {"inputs": [{"name": "logits", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}]}
     for content_type in ("application/json", "application/octet-stream"):
         r = client.post("/v2/models/softmax/infer", content=json.dumps(infer), headers={"content-type": content_type})
@@ -88,6 +98,7 @@ def test_v2_still_takes_octet_stream_and_json(client) -> None:
     "value", ["+346", "3_4_6", "-1", " 0x10", "1e2", "\u0663\u0664".encode(), "34 6", "", "\u00b2".encode("latin-1")]
 )
 def test_inference_header_content_length_takes_plain_digits_only(client, value) -> None:
+    wait_ready(client)
     infer = json.dumps({"inputs": [{"name": "logits", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}]})
     r = client.post(
         "/v2/models/softmax/infer",
