@@ -43,7 +43,14 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 SIZE_BUCKETS = tuple(float(4**k) for k in range(3, 15))
 """Body sizes in bytes: 64 B to 256 MiB, by factors of 4."""
-V1_MODELS = {"/v1/attention": "attention", "/v1/softmax": "softmax", "/v1/attention/backward": "attention_backward"}
+V1_MODELS = {
+    "/v1/attention": "attention",
+    "/v1/softmax": "softmax",
+    "/v1/attention/backward": "attention_backward",
+    "/v1/attention/analyze": "analyze",
+    "/v1/sample": "sample",
+    "/v1/calibrate": "calibrate",
+}
 """The model each /v1 route serves (the /v2 routes name theirs in the path)."""
 V2_MODEL_ROUTE = "/v2/models/{model_name}"
 OTHER_MODEL = "other"
