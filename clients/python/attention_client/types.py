@@ -1,0 +1,38 @@
+"""The option values of the API (api.md) as ``Literal`` types, so a type checker catches a typo."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = [
+    "AttentionReturn",
+    "BackwardReturn",
+    "Causal",
+    "Distribution",
+    "EngineName",
+    "Normalizer",
+    "Precision",
+    "SampleReturn",
+]
+
+Normalizer = Literal["softmax", "sparsemax", "entmax15", "entmax", "relu"]
+"""``entmax`` needs ``alpha > 1`` (2 is sparsemax, 1.5 is entmax15)."""
+EngineName = Literal["auto", "numpy", "onnx"]
+Precision = Literal["float32", "float64"]
+Causal = bool | Literal["top_left", "bottom_right"]
+"""``True`` means ``"top_left"`` (PyTorch ``is_causal``); ``"bottom_right"`` aligns the last query with the last key."""
+AttentionReturn = Literal["output", "weights", "scores", "diagnostics"]
+BackwardReturn = Literal[
+    "grad_query",
+    "grad_key",
+    "grad_value",
+    "grad_mask",
+    "grad_scale",
+    "grad_temperature",
+    "output",
+    "weights",
+    "gradient_health",
+]
+SampleReturn = Literal["tokens", "logprobs", "raw_logprobs", "top_logprobs", "probabilities", "diagnostics"]
+Distribution = Literal["normal"]
+CalibrationMethod = Literal["temperature"]

@@ -1,0 +1,74 @@
+"""Packaging: the client installs alone (httpx and numpy only) and the server's install carries it too."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import ROOT, LiveServer
+from tests.live import API_KEY
+
+pytestmark = pytest.mark.slow
+
+CLIENT = ROOT / "clients" / "python"
+
+
+def _pip(python: Path, *args: str) -> None:
+    done = subprocess.run(
+        [str(python), "-m", "pip", "--disable-pip-version-check", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_client_alone_in_a_fresh_venv(tmp_path: Path, keyed_server: LiveServer) -> None:
+    venv.create(tmp_path / "venv", with_pip=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    _pip(python, "install", "--quiet", str(CLIENT))
+    probe = (
+        "import importlib.metadata as m, importlib.util as u, attention_client, pathlib;"
+        "print(sorted(r.split(';')[0].split('>')[0].split('<')[0].strip() for r in m.requires('attention-client') if 'extra' not in r));"
+        "print([n for n in ('service', 'fastapi', 'onnxruntime', 'pydantic', 'orjson', 'pybase64') if u.find_spec(n)]);"
+        "print((pathlib.Path(attention_client.__file__).parent / 'py.typed').exists())"
+    )
+    out = subprocess.run(
+        [str(python), "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:3] == ["['httpx', 'numpy']", "[]", "True"]
+    # the stdlib JSON and base64 fallbacks against a real server
+    example = CLIENT / "examples" / "quickstart.py"
+    done = subprocess.run(
+        [str(python), str(example), keyed_server.url],
+        env={**os.environ, "ATTENTION_API_KEY": API_KEY},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "softmax: [0.2704, 0.0546, 0.01, 0.665]" in done.stdout
+
+
+def test_the_server_wheel_carries_the_client(tmp_path: Path) -> None:
+    src = tmp_path / "src"  # a copy: building in the work tree would leave build/ and *.egg-info behind
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for part in ("service", "clients/python/attention_client"):
+        shutil.copytree(ROOT / part, src / part, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    _pip(Path(sys.executable), "wheel", "--quiet", "--no-deps", "--wheel-dir", str(tmp_path), str(src))
+    (wheel,) = tmp_path.glob("attention_service-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"attention_client/__init__.py", "attention_client/py.typed", "service/client.py"} <= names

@@ -1,0 +1,30 @@
+"""Live servers shared by the client, command-line and playground tests (see tests/live.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.conftest import LiveServer
+from tests.live import API_KEY, serve
+
+
+@pytest.fixture(scope="session")
+def keyed_server() -> Iterator[LiveServer]:
+    """API keys on, a 1 MiB body limit (for the 413 test)."""
+    with serve(ATTN_API_KEYS=API_KEY, ATTN_MAX_BODY_BYTES=str(1 << 20)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def busy_server() -> Iterator[LiveServer]:
+    """One request at a time, none queued, each held 1.5 s: a second concurrent request gets 503 + Retry-After."""
+    with serve(
+        ATTN_MAX_CONCURRENT_REQUESTS="1",
+        ATTN_MAX_QUEUED_REQUESTS="0",
+        ATTN_DEBUG_DELAY_S="1.5",
+        ATTN_RETRY_AFTER_S="1",
+        ATTN_LOG_LEVEL="error",
+    ) as server:
+        yield server
