@@ -17,12 +17,13 @@ from fastapi import FastAPI
 
 from service import __version__
 from service.api import gradients, logits, operations, v1, v2, v2_logits
-from service.api.docs import install_openapi
+from service.api.docs import finish_openapi, install_docs, install_openapi, operation_id
 from service.api.errors import install_error_handlers
 from service.api.gradient_schemas import AnalyzeRequest, AttentionBackwardRequest
 from service.api.logits_schemas import CalibrateRequest, SampleRequest
 from service.api.memory import MemoryBudget
 from service.api.schemas import AttentionRequest, SoftmaxRequest
+from service.api.v2_schemas import V2_MODELS
 from service.api.wire import GZipIfAccepted
 from service.engines.base import Engine
 from service.engines.dispatch import EngineDispatcher
@@ -41,6 +42,9 @@ Numerical contract: scores = scale * Q K^T, plus the mask bias (boolean masks se
 float masks add), divided by the temperature, normalized over the keys (softmax, sparsemax,
 entmax15, alpha-entmax or ReLU), then output = A V. Fully masked rows give zero weights and
 a zero output. Errors are RFC 9457 problem+json.
+
+Try it in the [playground](/) (weights as bars and heatmaps); a typed Python client is the
+`attention-client` package (clients/python in the repository).
 """
 
 
@@ -100,6 +104,9 @@ def create_app(
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served by install_docs, with assets from a package instead of a CDN
+        redoc_url=None,
+        generate_unique_id_function=operation_id,
     )
     app.state.runtime = runtime
     install_error_handlers(app)
@@ -113,8 +120,18 @@ def create_app(
         app.add_middleware(GZipIfAccepted, minimum_size=settings.gzip_min_bytes, compresslevel=settings.gzip_level)
     install_openapi(
         app,
-        [AttentionRequest, SoftmaxRequest, AttentionBackwardRequest, AnalyzeRequest, SampleRequest, CalibrateRequest],
+        [
+            AttentionRequest,
+            SoftmaxRequest,
+            AttentionBackwardRequest,
+            AnalyzeRequest,
+            SampleRequest,
+            CalibrateRequest,
+            *V2_MODELS,
+        ],
     )
+    install_docs(app)
     install_hardening(app, settings)  # middleware, /metrics and the error responses in the schema
+    finish_openapi(app)  # last: examples, security schemes, no answer a route never sends
     install_tracing(app, settings.tracing, tracer_provider)  # outermost, only when ATTN_TRACING is on
     return app

@@ -30,7 +30,17 @@ async def healthz(request: Request) -> Response:
 @router.get(
     "/readyz",
     summary="Readiness: every required engine loaded and warmed up (503 until then); degraded when another failed",
-    responses={503: {"description": "Not ready; the body says which engine and why"}},
+    responses={
+        503: {
+            "description": "Not ready (Retry-After); the body says which engine and why",
+            "content": {
+                "application/json": {
+                    "schema": {"type": "object", "additionalProperties": True},
+                    "example": {"ready": False, "starting": True, "engines": {"numpy": True}, "status": "not ready"},
+                }
+            },
+        }
+    },
 )
 async def readyz(request: Request) -> Response:
     ready, details = _runtime(request).readiness()

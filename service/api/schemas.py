@@ -10,63 +10,76 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, GetCoreSchemaHandler, StrictBool, StrictInt
+from pydantic_core import core_schema
 
+_DTYPES = ["float32", "float64", "float16", "bool"]
+_SHAPE = {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "maxItems": 4}
+_NUMBER_OR_BOOL = {"anyOf": [{"type": "number"}, {"type": "boolean"}]}
+_NUMBER_OR_NULL = {"anyOf": [{"type": "number"}, {"type": "null"}]}
+_FLAT_REF = {"$ref": "#/components/schemas/FlatTensor"}
+_B64_REF = {"$ref": "#/components/schemas/Base64Tensor"}
+
+
+def _nested(item: dict[str, Any], rank: int) -> dict[str, Any]:
+    """A rank-``rank`` nested array of ``item``, with ``items`` at every level (SDK generators need them)."""
+    schema = item
+    for _ in range(rank):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+FLAT_TENSOR_JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "title": "FlatTensor",
+    "description": "A tensor as its shape and its flat C-order values.",
+    "required": ["shape", "dtype", "data"],
+    "additionalProperties": False,
+    "properties": {
+        "shape": _SHAPE,
+        "dtype": {"type": "string", "enum": _DTYPES},
+        "data": {"type": "array", "items": _NUMBER_OR_BOOL},
+    },
+}
+BASE64_TENSOR_JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "title": "Base64Tensor",
+    "description": "A tensor as the base64 of its little-endian C-order bytes.",
+    "required": ["shape", "dtype", "b64"],
+    "additionalProperties": False,
+    "properties": {
+        "shape": _SHAPE,
+        "dtype": {"type": "string", "enum": _DTYPES},
+        "b64": {"type": "string", "contentEncoding": "base64"},
+    },
+}
 TENSOR_JSON_SCHEMA: dict[str, Any] = {
     "title": "Tensor",
     "description": (
-        "A tensor in one of three wire forms: a nested JSON array (rectangular, rank as the field requires); "
+        "A tensor in one of three wire forms: a nested JSON array (rectangular, rank 1 to 4 as the field requires); "
         "{shape, dtype, data} with flat C-order data; or {shape, dtype, b64} with the base64 of the "
         "little-endian C-order bytes. Values must be finite."
     ),
-    "anyOf": [
-        {
-            "type": "array",
-            "minItems": 1,
-            "items": {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "array"}]},
-        },
-        {
-            "type": "object",
-            "required": ["shape", "dtype", "data"],
-            "additionalProperties": False,
-            "properties": {
-                "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}},
-                "dtype": {"type": "string", "enum": ["float32", "float64", "float16", "bool"]},
-                "data": {"type": "array", "items": {"anyOf": [{"type": "number"}, {"type": "boolean"}]}},
-            },
-        },
-        {
-            "type": "object",
-            "required": ["shape", "dtype", "b64"],
-            "additionalProperties": False,
-            "properties": {
-                "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}},
-                "dtype": {"type": "string", "enum": ["float32", "float64", "float16", "bool"]},
-                "b64": {"type": "string", "contentEncoding": "base64"},
-            },
-        },
-    ],
+    "anyOf": [*(_nested(_NUMBER_OR_BOOL, rank) for rank in range(1, 5)), _FLAT_REF, _B64_REF],
+    "examples": [[[1.0, 0.0], [0.0, 1.0]], {"shape": [2, 2], "dtype": "float32", "b64": "AACAPwAAAEAAAEBAAACAQA=="}],
 }
-
 OUT_TENSOR_JSON_SCHEMA: dict[str, Any] = {
     "title": "OutputTensor",
     "description": (
         "A nested JSON array (default) or, with encoding 'base64', {shape, dtype, b64}. "
         "Masked scores (-inf) are written as null in JSON arrays."
     ),
-    "anyOf": [
-        {"type": "array"},
-        {
-            "type": "object",
-            "required": ["shape", "dtype", "b64"],
-            "properties": {
-                "shape": {"type": "array", "items": {"type": "integer"}},
-                "dtype": {"type": "string"},
-                "b64": {"type": "string"},
-            },
-        },
-    ],
+    "anyOf": [*(_nested(_NUMBER_OR_NULL, rank) for rank in range(1, 5)), _B64_REF],
+    "examples": [[[0.66976154, 0.33023846, 0.0]], {"shape": [2], "dtype": "float32", "b64": "AACAPwAAAEA="}],
 }
+TENSOR_COMPONENTS: dict[str, dict[str, Any]] = {
+    "Tensor": TENSOR_JSON_SCHEMA,
+    "OutputTensor": OUT_TENSOR_JSON_SCHEMA,
+    "FlatTensor": FLAT_TENSOR_JSON_SCHEMA,
+    "Base64Tensor": BASE64_TENSOR_JSON_SCHEMA,
+}
+"""The tensor components of the OpenAPI schema (docs.py adds them): one ``$ref`` per tensor field, the object
+forms as components of their own (SDK generators take unions of references, not of inline objects)."""
 
 INT64_MAX = (1 << 63) - 1
 
@@ -80,8 +93,27 @@ def _int64(value: Any) -> Any:
     return value
 
 
-TensorField = Annotated[Any, WithJsonSchema(TENSOR_JSON_SCHEMA)]
-OutTensor = Annotated[Any, WithJsonSchema(OUT_TENSOR_JSON_SCHEMA)]
+def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with the form references replaced by the forms: a self-contained JSON schema."""
+    forms = {_FLAT_REF["$ref"]: FLAT_TENSOR_JSON_SCHEMA, _B64_REF["$ref"]: BASE64_TENSOR_JSON_SCHEMA}
+    return {**schema, "anyOf": [forms.get(part.get("$ref", ""), part) for part in schema["anyOf"]]}
+
+
+def _json_schema_type(name: str, schema: dict[str, Any]) -> Any:
+    """A pass-through type (no per-element validation: codecs.py decodes tensors into numpy) that fields
+    refer to as the component ``name``; pydantic's own JSON schema of it is self-contained."""
+    standalone = _inlined(schema)
+
+    def core(source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.any_schema(ref=name, metadata={"pydantic_js_functions": [lambda _s, _h: dict(standalone)]})
+
+    return type(
+        name, (), {"__get_pydantic_core_schema__": classmethod(lambda cls, source, handler: core(source, handler))}
+    )
+
+
+TensorField = Annotated[Any, _json_schema_type("Tensor", TENSOR_JSON_SCHEMA)]
+OutTensor = Annotated[Any, _json_schema_type("OutputTensor", OUT_TENSOR_JSON_SCHEMA)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NormalizerName = Literal["softmax", "sparsemax", "entmax15", "entmax", "relu"]
 ReturnName = Literal["output", "weights", "scores", "diagnostics", "gradient_health"]

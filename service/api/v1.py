@@ -17,7 +17,6 @@ from service.api.errors import ProblemError, pydantic_errors, summarize
 from service.api.schemas import (
     AttentionRequest,
     AttentionResponse,
-    Problem,
     SoftmaxOptions,
     SoftmaxRequest,
     SoftmaxResponse,
@@ -35,12 +34,16 @@ from service.runtime import Runtime
 from service.settings import Settings
 
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": Problem, "content": {"application/problem+json": {}}, "description": desc}
+    status: {
+        "description": desc,
+        "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
     for status, desc in (
+        (400, "The request body is not valid JSON, gzip or deflate data"),
         (413, "Request too large (estimated work or response size over budget)"),
-        (415, "Content-Type is not JSON (application/json or application/*+json)"),
+        (415, "Content-Type is not JSON, or an unsupported Content-Encoding"),
         (422, "Invalid input; `errors` names each offending field"),
-        (503, "Engine not ready"),
+        (503, "Overloaded, or the engine is not ready (Retry-After)"),
     )
 }
 

@@ -522,7 +522,7 @@ INFER_OPENAPI: dict[str, Any] = {
             "is accepted."
         ),
         "content": {
-            "application/json": {"schema": {"type": "object", "required": ["inputs"]}},
+            "application/json": {"schema": {"$ref": "#/components/schemas/InferenceRequest"}},
             "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
         },
     },
@@ -542,7 +542,10 @@ INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
             "The inference response {model_name, model_version, id?, parameters, outputs}; application/octet-stream "
             "with Inference-Header-Content-Length when any output is binary"
         ),
-        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/InferenceResponse"}},
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+        },
     },
     **{k: ERROR_RESPONSES[k] for k in (400, 404, 413, 415, 503)},
 }

@@ -1,0 +1,144 @@
+"""Examples of every request and answer in the OpenAPI schema, by operation id.
+
+Answers are what the service really says to the request beside them (numpy engine,
+float32 unless the request asks for float64); tests/api/test_openapi_examples.py sends
+each request example and checks the answer's numbers against the documented one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ATTENTION_REQUEST: dict[str, Any] = {
+    "query": [[1.0, 0.0], [0.0, 1.0]],
+    "key": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]],
+    "value": [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]],
+    "causal": "bottom_right",
+    "return": ["output", "weights"],
+}
+ATTENTION_RESPONSE: dict[str, Any] = {
+    "output": [[1.6604769, 2.660477], [3.4066725, 4.4066725]],
+    "weights": [[0.66976154, 0.33023846, 0.0], [0.19777583, 0.40111208, 0.40111208]],
+    "engine": {"name": "numpy", "provider": "CPU/numpy", "reason": "auto: numpy supports this request"},
+    "timing_ms": {"decode": 0.05, "compute": 0.2, "encode": 0.003, "diagnostics": 0.0, "total": 0.253},
+}
+
+SOFTMAX_REQUEST: dict[str, Any] = {"logits": [[2.1, 0.5, -1.2, 3.0]], "log": True, "precision": "float64"}
+SOFTMAX_RESPONSE: dict[str, Any] = {
+    "probabilities": [[0.2703884521991804, 0.054590487004978844, 0.009972782545824548, 0.6650482782500162]],
+    "log_probabilities": [[-1.3078956420892487, -2.9078956420892488, -4.6078956420892485, -0.40789564208924867]],
+    "diagnostics": {
+        "entropy": [0.8296071532734213],
+        "max": [0.6650482782500162],
+        "argmax": [3],
+        "fully_masked_rows": 0,
+        "non_finite": 0,
+        "row_sum_max_error": 0.0,
+    },
+    "timing_ms": {"decode": 0.07, "compute": 0.15, "diagnostics": 0.14, "total": 0.36},
+}
+
+V2_SOFTMAX_REQUEST: dict[str, Any] = {
+    "id": "req-1",
+    "inputs": [{"name": "logits", "shape": [1, 4], "datatype": "FP64", "data": [2.1, 0.5, -1.2, 3.0]}],
+    "parameters": {"diagnostics": False},
+}
+V2_SOFTMAX_RESPONSE: dict[str, Any] = {
+    "model_name": "softmax",
+    "model_version": "1",
+    "id": "req-1",
+    "parameters": {"timing_ms": '{"decode":0.04,"compute":0.08,"diagnostics":0.0,"total":0.12}'},
+    "outputs": [
+        {
+            "name": "probabilities",
+            "datatype": "FP64",
+            "shape": [1, 4],
+            "data": [0.2703884521991804, 0.054590487004978844, 0.009972782545824548, 0.6650482782500162],
+        }
+    ],
+}
+
+ENGINES_RESPONSE: dict[str, Any] = {
+    "engines": [
+        {
+            "name": "numpy",
+            "provider": "CPU/numpy",
+            "ready": True,
+            "numpy_version": "2.4.6",
+            "threads": 2,
+            "supports": "every normalizer, mask, causal alignment, float32 and float64",
+        }
+    ]
+}
+MODEL_METADATA: dict[str, Any] = {
+    "name": "softmax",
+    "versions": ["1"],
+    "platform": "attention_service",
+    "description": "Softmax, sparsemax, entmax or ReLU normalization of logits along an axis.",
+    "inputs": [{"name": "logits", "datatype": "FP32", "shape": [-1, -1]}],
+    "outputs": [{"name": "probabilities", "datatype": "FP32", "shape": [-1, -1]}],
+    "parameters": {"normalizer": "string: softmax (default), sparsemax, entmax15, entmax (needs alpha), relu"},
+}
+
+REQUEST_EXAMPLES: dict[str, Any] = {
+    "attention": ATTENTION_REQUEST,
+    "softmax": SOFTMAX_REQUEST,
+    "model_infer": V2_SOFTMAX_REQUEST,
+    "model_version_infer": V2_SOFTMAX_REQUEST,
+}
+"""Operation id -> the example of its JSON request body."""
+
+RESPONSE_EXAMPLES: dict[str, Any] = {
+    "attention": ATTENTION_RESPONSE,
+    "softmax": SOFTMAX_RESPONSE,
+    "healthz": {"status": "ok", "version": "0.1.0", "uptime_s": 12.5},
+    "readyz": {"ready": True, "starting": False, "engines": {"numpy": True, "onnx": True}, "status": "ready"},
+    "engines": ENGINES_RESPONSE,
+    "models": {"models": [], "detail": "the ONNX engine is disabled"},
+    "server_metadata": {
+        "name": "attention-service",
+        "version": "0.1.0",
+        "extensions": ["binary_tensor_data", "parameters"],
+    },
+    "server_live": {"live": True},
+    "server_ready": {"ready": True},
+    "model_ready": {"name": "softmax", "ready": True},
+    "model_version_ready": {"name": "softmax", "ready": True},
+    "model_metadata": MODEL_METADATA,
+    "model_version_metadata": MODEL_METADATA,
+    "model_infer": V2_SOFTMAX_RESPONSE,
+    "model_version_infer": V2_SOFTMAX_RESPONSE,
+}
+"""Operation id -> the example of its 200 JSON answer."""
+
+METRICS_EXAMPLE = (
+    "# HELP attention_requests_total Requests answered, by route and status.\n"
+    "# TYPE attention_requests_total counter\n"
+    'attention_requests_total{route="/v1/attention",status="200"} 42.0\n'
+)
+
+PROBLEM_DETAILS: dict[int, str] = {
+    400: "the gzip request body is not valid gzip data: Error -3 while decompressing data: incorrect header check",
+    401: "this endpoint needs an API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
+    413: "the request body is larger than 16777216 bytes",
+    415: "Content-Encoding 'br' is not supported; use gzip, deflate or identity",
+    422: "temprature: Extra inputs are not permitted",
+    500: "the server failed to answer this request; quote request id 1f0c9e7a2b3d4c5e when reporting it",
+    503: "too many requests in flight; retry after 1 s",
+    504: "the request was not answered within 30 s",
+}
+"""Status -> the ``detail`` of an example problem+json body (``type`` and ``title`` are the service's own)."""
+PROBLEM_ERRORS: dict[int, list[dict[str, Any]]] = {
+    422: [{"loc": ["temprature"], "msg": "Extra inputs are not permitted"}],
+}
+
+V2_ERROR_EXAMPLES: dict[int, dict[str, str]] = {
+    400: {"error": "input 'logits': expected 4 values for shape [1, 4], got 3"},
+    401: {"error": "the API key is not valid"},
+    404: {"error": "unknown model 'bert'; this server has attention, softmax"},
+    413: {"error": "the request body is larger than 16777216 bytes"},
+    415: {"error": "Content-Encoding 'br' is not supported; use gzip, deflate or identity"},
+    500: {"error": "the server failed to answer this request; quote request id 1f0c9e7a2b3d4c5e when reporting it"},
+    503: {"error": "model 'softmax' is not ready: the engines are starting"},
+    504: {"error": "the request was not answered within 30 s"},
+}
