@@ -1,4 +1,5 @@
-"""Command line: ``python -m service serve`` starts the server; ``export-models`` writes models/."""
+"""Command line: ``python -m service serve`` starts the server; ``export-models`` writes models/;
+``attention``, ``softmax`` and ``sample`` compute one answer (:mod:`service.cli`)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     export.add_argument("--out", help="directory (default: a checkout's models/, else ./models)")
     openapi = sub.add_parser("openapi", help="print the OpenAPI schema the app serves, as YAML (needs PyYAML)")
     openapi.add_argument("--out", help="write to this file instead of stdout")
+    from service.cli import COMMANDS, add_subcommands, run
+
+    add_subcommands(sub)
     args = parser.parse_args(argv)
+
+    if args.command in COMMANDS:
+        return run(args)
 
     if args.command == "serve":
         from pydantic import ValidationError
