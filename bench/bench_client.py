@@ -19,8 +19,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attention_client import AttentionClient  # noqa: E402
-from tests.live import serve  # noqa: E402
+from attention_client import AttentionClient
+
+from tests.live import serve
 
 
 def main() -> None:

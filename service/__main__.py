@@ -1,5 +1,6 @@
 """Command line: ``python -m service serve`` starts the server; ``export-models`` writes models/;
-``attention``, ``softmax`` and ``sample`` compute one answer (:mod:`service.cli`)."""
+``attention``, ``softmax`` and ``sample`` compute one answer (:mod:`service.cli`).
+"""
 
 from __future__ import annotations
 

@@ -83,7 +83,8 @@ RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
 
 def operation_id(route: APIRoute) -> str:
     """The operation id of a route: from :data:`OPERATION_IDS`, else the function's name without a
-    ``post_``/``get_`` prefix (``post_attention_backward`` -> ``attention_backward``)."""
+    ``post_``/``get_`` prefix (``post_attention_backward`` -> ``attention_backward``).
+    """
     for method in sorted(route.methods or ()):
         named = OPERATION_IDS.get((method, route.path_format))
         if named:
@@ -141,17 +142,20 @@ def install_openapi(app: FastAPI, request_models: list[type[BaseModel]]) -> None
 
 def finish_openapi(app: FastAPI) -> None:
     """Wrap ``app.openapi`` (call after everything else that documents answers, e.g. the middleware) to add
-    examples, operational response schemas and the security schemes, and to drop answers never sent."""
+    examples, operational response schemas and the security schemes, and to drop answers never sent.
+    """
     build = app.openapi
-    done: dict[str, Any] = {}
+    done: list[dict[str, Any]] = []
 
     def openapi() -> dict[str, Any]:
-        if "schema" not in done:
+        if not done:
             schema = build()
             polish(schema)
-            app.openapi_schema = done["schema"] = schema
-        return done["schema"]
+            app.openapi_schema = schema
+            done.append(schema)
+        return done[0]
 
+    # FastAPI documents replacing app.openapi ("Extending OpenAPI"); mypy sees a method assignment.
     app.openapi = openapi  # type: ignore[method-assign]
 
 
@@ -222,7 +226,8 @@ def _assets_dir() -> str:
 
 def install_docs(app: FastAPI) -> None:
     """``/docs``, ``/docs/oauth2-redirect`` and ``/redoc`` with the assets under ``/docs/assets`` (create the
-    app with ``docs_url=None, redoc_url=None``)."""
+    app with ``docs_url=None, redoc_url=None``).
+    """
     app.mount(DOCS_ASSETS, StaticFiles(directory=_assets_dir()), name="docs-assets")
     headers = {"Content-Security-Policy": DOCS_CSP}
 

@@ -38,6 +38,29 @@ SOFTMAX_RESPONSE: dict[str, Any] = {
     "timing_ms": {"decode": 0.07, "compute": 0.15, "diagnostics": 0.14, "total": 0.36},
 }
 
+BACKWARD_REQUEST: dict[str, Any] = {
+    **{k: ATTENTION_REQUEST[k] for k in ("query", "key", "value", "causal")},
+    "grad_output": [[1.0, 0.0], [0.0, 1.0]],
+    "precision": "float64",
+    "return": ["grad_query", "grad_key", "grad_value", "grad_scale"],
+}
+BACKWARD_RESPONSE: dict[str, Any] = {
+    "grad_query": [[-0.3127971930902208, 0.3127971930902208], [0.11534416324677871, 0.33656983500604887]],
+    "grad_key": [
+        [-0.3127971930902208, -0.3365698350060492],
+        [0.3127971930902208, -0.11534416324677907],
+        [0.0, 0.4519139982528279],
+    ],
+    "grad_value": [
+        [0.6697615493266569, 0.1977758146404282],
+        [0.3302384506733431, 0.4011120926797859],
+        [0.0, 0.4011120926797859],
+    ],
+    "grad_scale": 0.03361959261080317,
+    "engine": {"name": "numpy", "provider": "CPU/numpy", "reason": "auto: numpy supports this request"},
+    "timing_ms": {"decode": 0.2, "compute": 0.5, "encode": 0.008, "total": 0.708},
+}
+
 V2_SOFTMAX_REQUEST: dict[str, Any] = {
     "id": "req-1",
     "inputs": [{"name": "logits", "shape": [1, 4], "datatype": "FP64", "data": [2.1, 0.5, -1.2, 3.0]}],
@@ -83,6 +106,7 @@ MODEL_METADATA: dict[str, Any] = {
 REQUEST_EXAMPLES: dict[str, Any] = {
     "attention": ATTENTION_REQUEST,
     "softmax": SOFTMAX_REQUEST,
+    "attention_backward": BACKWARD_REQUEST,
     "model_infer": V2_SOFTMAX_REQUEST,
     "model_version_infer": V2_SOFTMAX_REQUEST,
 }
@@ -91,6 +115,7 @@ REQUEST_EXAMPLES: dict[str, Any] = {
 RESPONSE_EXAMPLES: dict[str, Any] = {
     "attention": ATTENTION_RESPONSE,
     "softmax": SOFTMAX_RESPONSE,
+    "attention_backward": BACKWARD_RESPONSE,
     "healthz": {"status": "ok", "version": "0.1.0", "uptime_s": 12.5},
     "readyz": {"ready": True, "starting": False, "engines": {"numpy": True, "onnx": True}, "status": "ready"},
     "engines": ENGINES_RESPONSE,

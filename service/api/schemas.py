@@ -101,7 +101,8 @@ def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _json_schema_type(name: str, schema: dict[str, Any]) -> Any:
     """A pass-through type (no per-element validation: codecs.py decodes tensors into numpy) that fields
-    refer to as the component ``name``; pydantic's own JSON schema of it is self-contained."""
+    refer to as the component ``name``; pydantic's own JSON schema of it is self-contained.
+    """
     standalone = _inlined(schema)
 
     def core(source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:

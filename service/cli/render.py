@@ -102,7 +102,8 @@ def attention_text(result: AttentionResult) -> str:
         lines.append("")
         lines.append(
             f"fully masked rows {diag.get('fully_masked_rows', 0)} · saturated rows {diag.get('saturated_rows', 0)} · "
-            f"max |row sum - 1| {float(diag.get('row_sum_max_error', 0.0)):.2e} · non-finite {diag.get('non_finite', 0)}"
+            f"max |row sum - 1| {float(diag.get('row_sum_max_error', 0.0)):.2e} · "
+            f"non-finite {diag.get('non_finite', 0)}"
         )
     engine = _engine(result.engine)
     if engine:

@@ -140,7 +140,11 @@ def _close(got: Any, want: Any, where: str = "") -> None:
 
 def test_documented_examples_are_what_the_service_answers(schema: dict[str, Any]) -> None:
     with TestClient(create_app(Settings(enable_onnx=False))) as http:
-        for path, op_id in (("/v1/attention", "attention"), ("/v1/softmax", "softmax")):
+        for path, op_id in (
+            ("/v1/attention", "attention"),
+            ("/v1/softmax", "softmax"),
+            ("/v1/attention/backward", "attention_backward"),
+        ):
             got = http.post(path, json=examples.REQUEST_EXAMPLES[op_id])
             assert got.status_code == 200
             _close(got.json(), examples.RESPONSE_EXAMPLES[op_id], op_id)

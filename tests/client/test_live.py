@@ -1,5 +1,6 @@
 """The client against live servers: numbers equal to the core, identity encoding on the wire, retries,
-every error class, and the async client under concurrency."""
+every error class, and the async client under concurrency.
+"""
 
 from __future__ import annotations
 
@@ -162,7 +163,8 @@ def test_connection_refused_is_retried_then_raised() -> None:
 @contextmanager
 def _saturated(server: LiveServer) -> Iterator[threading.Event]:
     """Two threads keep the busy server's only slot taken (each request holds it 1.5 s) until the event is set;
-    entered once a probe was refused, so the slot is taken from then on."""
+    entered once a probe was refused, so the slot is taken from then on.
+    """
     stop = threading.Event()
 
     def hammer() -> None:
@@ -237,7 +239,7 @@ def test_async_client_under_concurrency(keyed_server: LiveServer) -> None:
             return got
 
     results = asyncio.run(main())
-    for i, (x, r) in enumerate(zip(inputs, results)):
+    for i, (x, r) in enumerate(zip(inputs, results, strict=True)):
         ref = attention(x, x, x, params=AttentionParams(causal="top_left"), dtype=np.float64)
         np.testing.assert_allclose(r.output, ref.output, atol=1e-12)
         assert r.request_id == f"a-{i:04d}"
@@ -251,3 +253,36 @@ def test_async_client_retries_503(busy_server: LiveServer) -> None:
     results = asyncio.run(main())  # one slot, no queue: one of the two was refused and retried
     for i, r in enumerate(results):
         np.testing.assert_allclose(r.probabilities, np.exp([0.0, i]) / np.exp([0.0, i]).sum(), atol=1e-12)
+
+
+def test_attention_backward_matches_finite_differences(client: AttentionClient) -> None:
+    rng = np.random.default_rng(3)
+    q, k, v, g = (
+        rng.standard_normal((3, 4)),
+        rng.standard_normal((5, 4)),
+        rng.standard_normal((5, 2)),
+        rng.standard_normal((3, 2)),
+    )
+    r = client.attention_backward(
+        q,
+        k,
+        v,
+        g,
+        normalizer="entmax15",
+        precision="float64",
+        returns=["grad_query", "grad_value", "weights", "grad_scale"],
+    )
+    assert r.grad_query is not None and r.grad_value is not None and r.weights is not None and r.grad_key is None
+    np.testing.assert_allclose(r.grad_value, r.weights.T @ g, atol=1e-12)  # dV = A^T dO
+
+    def loss(query: np.ndarray) -> float:
+        out = client.attention(query, k, v, normalizer="entmax15", precision="float64", returns=["output"]).output
+        assert out is not None
+        return float((out * g).sum())
+
+    eps, i, j = 1e-6, 1, 2
+    bump = np.zeros_like(q)
+    bump[i, j] = eps
+    numeric = (loss(q + bump) - loss(q - bump)) / (2 * eps)
+    assert abs(r.grad_query[i, j] - numeric) < 1e-6
+    assert isinstance(r.grad_scale, float) and r.engine is not None and r.request_id

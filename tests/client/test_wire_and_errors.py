@@ -141,7 +141,7 @@ def test_429_without_retry_after_backs_off_exponentially() -> None:
         c.softmax([1.0])
     assert len(seen) == 5 and info.value.status == 429 and info.value.detail == "slow down"
     caps = [0.1, 0.2, 0.3, 0.3]
-    assert len(slept) == 4 and all(0 <= s <= cap for s, cap in zip(slept, caps))
+    assert len(slept) == 4 and all(0 <= s <= cap for s, cap in zip(slept, caps, strict=True))
 
 
 def test_a_retry_after_longer_than_the_bound_is_raised_at_once() -> None:

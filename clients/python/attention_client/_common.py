@@ -25,7 +25,8 @@ RETRYABLE_TRANSPORT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemotePro
 
 def base_headers(api_key: str | None, compression: bool, user_agent: str) -> dict[str, str]:
     """Headers of every request. ``Accept-Encoding: identity`` unless ``compression``: httpx asks for gzip by
-    default, and compressing a large base64 answer costs the server more than the bytes it saves on a fast link."""
+    default, and compressing a large base64 answer costs the server more than the bytes it saves on a fast link.
+    """
     headers = {
         "content-type": "application/json",
         "accept": "application/json",

@@ -58,7 +58,8 @@ _WIRE_FLOATS = {2: "float16", 4: "float32", 8: "float64"}
 
 def encode_tensor(array: npt.ArrayLike) -> dict[str, Any]:
     """The ``b64`` wire form of an array: float16/32/64 and bool keep their dtype, anything else is sent
-    as float64 (integers, nested lists)."""
+    as float64 (integers, nested lists).
+    """
     a = np.asarray(array)
     if a.dtype == np.bool_:
         name = "bool"
@@ -74,7 +75,8 @@ def encode_tensor(array: npt.ArrayLike) -> dict[str, Any]:
 
 def decode_tensor(value: Any, dtype: npt.DTypeLike = np.float64) -> npt.NDArray[Any]:
     """A response tensor as a writable numpy array: the ``b64`` form keeps its dtype; a nested JSON
-    list becomes ``dtype`` (``null``, a masked score, becomes ``-inf``)."""
+    list becomes ``dtype`` (``null``, a masked score, becomes ``-inf``).
+    """
     if isinstance(value, dict):
         name = value["dtype"]
         wire = np.dtype(np.bool_) if name == "bool" else np.dtype(name).newbyteorder("<")

@@ -51,7 +51,7 @@ __all__ = ["AsyncAttentionClient"]
 
 
 class AsyncAttentionClient:
-    """Calls the service over HTTP from ``asyncio`` code; numpy arrays in, numpy arrays out (``b64`` on the wire both ways).
+    """Calls the service over HTTP from ``asyncio`` code; numpy arrays in, numpy arrays out (``b64`` on the wire).
 
     ``api_key`` defaults to ``$ATTENTION_API_KEY``. ``timeout`` (seconds or an ``httpx.Timeout``)
     applies to each attempt; ``retry`` says how 503, 429 and connection failures are retried.
@@ -262,7 +262,8 @@ class AsyncAttentionClient:
         timeout: float | None = None,
     ) -> AnalyzeResult:
         """``POST /v1/attention/analyze``: entropy, saturation and Jacobian norms over a sweep of scales and
-        temperatures, on the given ``query``/``key`` or on ones drawn for ``shape`` ``[B, H, L, E]``."""
+        temperatures, on the given ``query``/``key`` or on ones drawn for ``shape`` ``[B, H, L, E]``.
+        """
         body = _requests.analyze_body(
             query,
             key,

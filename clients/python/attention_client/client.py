@@ -262,7 +262,8 @@ class AttentionClient:
         timeout: float | None = None,
     ) -> AnalyzeResult:
         """``POST /v1/attention/analyze``: entropy, saturation and Jacobian norms over a sweep of scales and
-        temperatures, on the given ``query``/``key`` or on ones drawn for ``shape`` ``[B, H, L, E]``."""
+        temperatures, on the given ``query``/``key`` or on ones drawn for ``shape`` ``[B, H, L, E]``.
+        """
         body = _requests.analyze_body(
             query,
             key,

@@ -106,7 +106,8 @@ _BY_STATUS: dict[int, type[ServiceError]] = {
 
 def problem_from_body(status: int, reason: str, content_type: str, body: bytes, parsed: Any) -> dict[str, Any]:
     """The problem fields of an error answer: the JSON object itself (problem+json, or /v2's ``{"error"}``),
-    else a problem built from the status and the start of the body."""
+    else a problem built from the status and the start of the body.
+    """
     if isinstance(parsed, dict):
         problem = dict(parsed)
         if "detail" not in problem and isinstance(problem.get("error"), str):

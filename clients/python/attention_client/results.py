@@ -86,7 +86,8 @@ class AttentionResult:
 @dataclass(frozen=True, slots=True)
 class SoftmaxResult:
     """``POST /v1/softmax``: ``probabilities``, ``log_probabilities`` (with ``log=True``) and per-row
-    ``diagnostics`` (``entropy``, ``max``, ``argmax``)."""
+    ``diagnostics`` (``entropy``, ``max``, ``argmax``).
+    """
 
     probabilities: Array
     log_probabilities: Array | None

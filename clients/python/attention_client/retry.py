@@ -50,7 +50,7 @@ NO_RETRY = RetryPolicy(max_retries=0)
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """``Retry-After`` in seconds: delta-seconds or an HTTP date (RFC 9110 section 10.2.3); None when absent or unreadable."""
+    """``Retry-After`` in seconds: delta-seconds or an HTTP date (RFC 9110 section 10.2.3); None when unreadable."""
     if value is None:
         return None
     text = value.strip()
