@@ -41,6 +41,7 @@ DOCS_CSP = (
 OPERATION_IDS: dict[tuple[str, str], str] = {
     ("POST", "/v1/attention"): "attention",
     ("POST", "/v1/softmax"): "softmax",
+    ("POST", "/v1/attention/analyze"): "analyze",
     ("GET", "/metrics"): "metrics",
     ("POST", "/v2/models/{model_name}/infer"): "model_infer",
     ("POST", "/v2/models/{model_name}/versions/{model_version}/infer"): "model_version_infer",

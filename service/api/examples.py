@@ -61,6 +61,45 @@ BACKWARD_RESPONSE: dict[str, Any] = {
     "timing_ms": {"decode": 0.2, "compute": 0.5, "encode": 0.008, "total": 0.708},
 }
 
+ANALYZE_REQUEST: dict[str, Any] = {"shape": [1, 2, 16, 64], "seed": 0, "scales": [0.125, 1.0], "temperatures": [1.0]}
+ANALYZE_RESPONSE: dict[str, Any] = {
+    "sweep": [
+        {
+            "scale": 0.125,
+            "temperature": 1.0,
+            "head_dim": 64,
+            "score_std": 1.0049725879659888,
+            "score_range": 3.5341468347673297,
+            "mean_entropy": 2.36620655631231,
+            "mean_normalized_entropy": 0.8534286161276805,
+            "saturated_fraction": 0.0,
+            "mean_jacobian_norm": 0.30748489616701835,
+            "vanishing_fraction": 0.0,
+            "rows": 32,
+        },
+        {
+            "scale": 1.0,
+            "temperature": 1.0,
+            "head_dim": 64,
+            "score_std": 8.03978070372791,
+            "score_range": 28.273174678138638,
+            "mean_entropy": 0.4006858830186566,
+            "mean_normalized_entropy": 0.1445168840963078,
+            "saturated_fraction": 0.0,
+            "mean_jacobian_norm": 0.1858434893204723,
+            "vanishing_fraction": 0.09375,
+            "rows": 32,
+        },
+    ],
+    "normalizer": "softmax",
+    "shape": [1, 2, 16, 16],
+    "kv_heads": 2,
+    "seed": 0,
+    "vanishing_threshold": 0.001,
+    "saturation_margin": 1e-6,
+    "timing_ms": {"decode": 12.7, "compute": 24.1, "total": 36.8},
+}
+
 V2_SOFTMAX_REQUEST: dict[str, Any] = {
     "id": "req-1",
     "inputs": [{"name": "logits", "shape": [1, 4], "datatype": "FP64", "data": [2.1, 0.5, -1.2, 3.0]}],
@@ -107,6 +146,7 @@ REQUEST_EXAMPLES: dict[str, Any] = {
     "attention": ATTENTION_REQUEST,
     "softmax": SOFTMAX_REQUEST,
     "attention_backward": BACKWARD_REQUEST,
+    "analyze": ANALYZE_REQUEST,
     "model_infer": V2_SOFTMAX_REQUEST,
     "model_version_infer": V2_SOFTMAX_REQUEST,
 }
@@ -116,6 +156,7 @@ RESPONSE_EXAMPLES: dict[str, Any] = {
     "attention": ATTENTION_RESPONSE,
     "softmax": SOFTMAX_RESPONSE,
     "attention_backward": BACKWARD_RESPONSE,
+    "analyze": ANALYZE_RESPONSE,
     "healthz": {"status": "ok", "version": "0.1.0", "uptime_s": 12.5},
     "readyz": {"ready": True, "starting": False, "engines": {"numpy": True, "onnx": True}, "status": "ready"},
     "engines": ENGINES_RESPONSE,

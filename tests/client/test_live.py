@@ -286,3 +286,16 @@ def test_attention_backward_matches_finite_differences(client: AttentionClient) 
     numeric = (loss(q + bump) - loss(q - bump)) / (2 * eps)
     assert abs(r.grad_query[i, j] - numeric) < 1e-6
     assert isinstance(r.grad_scale, float) and r.engine is not None and r.request_id
+
+
+def test_analyze_sweep(client: AttentionClient) -> None:
+    r = client.analyze(shape=[1, 2, 16, 64], seed=0, scales=[0.125, 1.0], temperatures=[1.0])
+    assert [(row.scale, row.temperature, row.head_dim) for row in r.sweep] == [(0.125, 1.0, 64), (1.0, 1.0, 64)]
+    small, large = r.sweep
+    # a larger scale sharpens the softmax: lower entropy, a smaller Jacobian (the gradient starts to vanish)
+    assert large.mean_entropy is not None and small.mean_entropy is not None and large.mean_entropy < small.mean_entropy
+    assert large.mean_jacobian_norm is not None and small.mean_jacobian_norm is not None
+    assert large.mean_jacobian_norm < small.mean_jacobian_norm
+    same = client.analyze(shape=[1, 2, 16, 64], seed=0, scales=[0.125, 1.0], temperatures=[1.0])
+    assert [row.raw for row in same.sweep] == [row.raw for row in r.sweep]  # seeded draw
+    assert r.request_id and r.timing_ms["total"] > 0
