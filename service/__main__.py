@@ -58,12 +58,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     export.add_argument("--out", help="directory (default: a checkout's models/, else ./models)")
     openapi = sub.add_parser("openapi", help="print the OpenAPI schema the app serves, as YAML (needs PyYAML)")
     openapi.add_argument("--out", help="write to this file instead of stdout")
-    from service.cli import COMMANDS, add_subcommands, run
+    from service.cli.args import COMMANDS, add_subcommands
 
     add_subcommands(sub)
     args = parser.parse_args(argv)
 
     if args.command in COMMANDS:
+        try:
+            from service.cli.commands import run
+        except ImportError as exc:  # the client's httpx is the `client` extra
+            print(
+                f"python -m service {args.command} needs {exc.name}: pip install 'attention-service[client]'",
+                file=sys.stderr,
+            )
+            return 2
         return run(args)
 
     if args.command == "serve":

@@ -14,9 +14,10 @@
 from __future__ import annotations
 
 import json
-from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
+import fastapi_offline  # Swagger UI and ReDoc assets (its static/ folder)
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.openapi.utils import get_openapi
@@ -222,7 +223,7 @@ def _drop_unused_validation_components(schema: dict[str, Any]) -> None:
 
 
 def _assets_dir() -> str:
-    return str(files("fastapi_offline").joinpath("static"))
+    return str(Path(fastapi_offline.__file__).parent / "static")
 
 
 def install_docs(app: FastAPI) -> None:

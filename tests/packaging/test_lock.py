@@ -24,7 +24,10 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 # `client`), service/openapi.py (PyYAML, for the `openapi` command, in `test`), tracing (`tracing`).
 EXTRA_MODULES = {
     "service/export": {"onnx"},
-    "service/client.py": {"httpx"},
+    "service/client.py": {"httpx", "attention_client"},  # the client package (clients/python) needs httpx
+    "service/cli/commands.py": {"httpx", "attention_client"},
+    "service/cli/inputs.py": {"attention_client"},
+    "service/cli/render.py": {"attention_client"},
     "service/openapi.py": {"yaml"},
     "service/observability/tracing.py": {"opentelemetry"},  # the `tracing` extra, imported only when on
 }
