@@ -180,6 +180,8 @@ def compute_analyze(runtime: Runtime, req: AnalyzeRequest) -> dict[str, Any]:
     """The response body of one analysis (see :mod:`service.core.analysis`)."""
     t0 = time.perf_counter()
     limits = v1._limits(runtime)
+    # The mask first: an invalid one is a 422 even when the drawn shape is also too large (a 413).
+    mask = None if req.mask is None else decode_mask(req.mask, limits)
     drawn = req.shape is not None
     query = key = None
     if drawn:
@@ -209,7 +211,6 @@ def compute_analyze(runtime: Runtime, req: AnalyzeRequest) -> dict[str, Any]:
         head_dims = [E]
     v1._check_alpha(req.normalizer, req.alpha)
     check_params(AttentionParams(normalizer=req.normalizer, alpha=req.alpha, causal=req.causal_alignment))
-    mask = None if req.mask is None else decode_mask(req.mask, limits)
     key_lengths = None if req.key_lengths is None else np.asarray(req.key_lengths, dtype=np.int64)
     points = sweep_points(head_dims, req.scales, req.temperatures)
     per_dim = len(points) // len(head_dims)
