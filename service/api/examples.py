@@ -100,6 +100,62 @@ ANALYZE_RESPONSE: dict[str, Any] = {
     "timing_ms": {"decode": 12.7, "compute": 24.1, "total": 36.8},
 }
 
+SAMPLE_REQUEST: dict[str, Any] = {
+    "logits": [2.1, 0.5, -1.2, 3.0],
+    "top_k": 2,
+    "seed": 7,
+    "n": 3,
+    "return": ["tokens", "logprobs", "probabilities", "diagnostics"],
+}
+SAMPLE_RESPONSE: dict[str, Any] = {
+    "tokens": [3, 3, 3],
+    "logprobs": [-0.34115386, -0.34115386, -0.34115386],
+    "probabilities": [0.2890505, 0.0, 0.0, 0.71094954],
+    "diagnostics": {
+        "entropy_raw": 0.8296071705830945,
+        "entropy": 0.6012993385230132,
+        "kept": 2,
+        "removed_mass": 0.064563276537197,
+    },
+    "seed": 7,
+    "timing_ms": {"decode": 0.19, "compute": 6.9, "encode": 0.07, "total": 7.16},
+}
+CALIBRATE_REQUEST: dict[str, Any] = {
+    "logits": [[3.0, 0.0, 0.0], [0.0, 3.0, 0.0], [2.5, 0.0, 0.5], [0.0, 0.5, 3.0], [3.0, 0.0, 0.0], [0.0, 0.0, 3.0]],
+    "labels": [0, 1, 2, 2, 1, 2],
+    "bins": 5,
+}
+CALIBRATE_RESPONSE: dict[str, Any] = {
+    "temperature": 1.8232326954605018,
+    "nll": {"before": 0.9500498134954712, "after": 0.8132089751390755},
+    "ece": {"before": 0.22377884792388145, "after": 0.03455876128168637},
+    "accuracy": 0.6666666666666666,
+    "reliability": {
+        "before": [
+            {"lower": 0.0, "upper": 0.2, "count": 0, "confidence": None, "accuracy": None},
+            {"lower": 0.2, "upper": 0.4, "count": 0, "confidence": None, "accuracy": None},
+            {"lower": 0.4, "upper": 0.6000000000000001, "count": 0, "confidence": None, "accuracy": None},
+            {"lower": 0.6000000000000001, "upper": 0.8, "count": 0, "confidence": None, "accuracy": None},
+            {"lower": 0.8, "upper": 1.0, "count": 6, "confidence": 0.8904455145905481, "accuracy": 0.6666666666666666},
+        ],
+        "after": [
+            {"lower": 0.0, "upper": 0.2, "count": 0, "confidence": None, "accuracy": None},
+            {"lower": 0.2, "upper": 0.4, "count": 0, "confidence": None, "accuracy": None},
+            {"lower": 0.4, "upper": 0.6000000000000001, "count": 0, "confidence": None, "accuracy": None},
+            {
+                "lower": 0.6000000000000001,
+                "upper": 0.8,
+                "count": 6,
+                "confidence": 0.7012254279483531,
+                "accuracy": 0.6666666666666666,
+            },
+            {"lower": 0.8, "upper": 1.0, "count": 0, "confidence": None, "accuracy": None},
+        ],
+    },
+    "bounded": False,
+    "timing_ms": {"decode": 0.08, "compute": 0.57, "total": 0.65},
+}
+
 V2_SOFTMAX_REQUEST: dict[str, Any] = {
     "id": "req-1",
     "inputs": [{"name": "logits", "shape": [1, 4], "datatype": "FP64", "data": [2.1, 0.5, -1.2, 3.0]}],
@@ -147,6 +203,8 @@ REQUEST_EXAMPLES: dict[str, Any] = {
     "softmax": SOFTMAX_REQUEST,
     "attention_backward": BACKWARD_REQUEST,
     "analyze": ANALYZE_REQUEST,
+    "sample": SAMPLE_REQUEST,
+    "calibrate": CALIBRATE_REQUEST,
     "model_infer": V2_SOFTMAX_REQUEST,
     "model_version_infer": V2_SOFTMAX_REQUEST,
 }
@@ -157,6 +215,8 @@ RESPONSE_EXAMPLES: dict[str, Any] = {
     "softmax": SOFTMAX_RESPONSE,
     "attention_backward": BACKWARD_RESPONSE,
     "analyze": ANALYZE_RESPONSE,
+    "sample": SAMPLE_RESPONSE,
+    "calibrate": CALIBRATE_RESPONSE,
     "healthz": {"status": "ok", "version": "0.1.0", "uptime_s": 12.5},
     "readyz": {"ready": True, "starting": False, "engines": {"numpy": True, "onnx": True}, "status": "ready"},
     "engines": ENGINES_RESPONSE,

@@ -145,6 +145,8 @@ def test_documented_examples_are_what_the_service_answers(schema: dict[str, Any]
             ("/v1/softmax", "softmax"),
             ("/v1/attention/backward", "attention_backward"),
             ("/v1/attention/analyze", "analyze"),
+            ("/v1/sample", "sample"),
+            ("/v1/calibrate", "calibrate"),
         ):
             got = http.post(path, json=examples.REQUEST_EXAMPLES[op_id])
             assert got.status_code == 200

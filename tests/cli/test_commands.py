@@ -120,3 +120,13 @@ def test_softmax_rows_and_normalizers_local() -> None:
     )
     table = cli("softmax", "--scores", "2.1,0.5,-1.2,3.0;1.8,-0.3,2.5,0.1", "--normalizer", "relu", "--local")
     assert "row 0" in table.stdout and "row 1" in table.stdout and "0.5682" in table.stdout
+
+
+def test_sample_local() -> None:
+    done = cli("sample", "--logits", "2.1,0.5,-1.2,3.0", "--top-k", "2", "--seed", "7", "-n", "4", "--local", "--json")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    np.testing.assert_allclose(got["probabilities"], [0.2891, 0, 0, 0.7109], atol=1e-4)
+    assert len(got["tokens"]) == 4 and got["seed"] == 7
+    table = cli("sample", "--logits", "2.1,0.5,-1.2,3.0", "--top-k", "2", "--seed", "7", "--local")
+    assert table.returncode == 0 and "final distribution" in table.stdout and "kept 2" in table.stdout

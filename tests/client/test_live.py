@@ -299,3 +299,40 @@ def test_analyze_sweep(client: AttentionClient) -> None:
     same = client.analyze(shape=[1, 2, 16, 64], seed=0, scales=[0.125, 1.0], temperatures=[1.0])
     assert [row.raw for row in same.sweep] == [row.raw for row in r.sweep]  # seeded draw
     assert r.request_id and r.timing_ms["total"] > 0
+
+
+def test_sample_final_distributions_from_the_spec(client: AttentionClient) -> None:
+    row = [2.1, 0.5, -1.2, 3.0]
+    wanted = ["tokens", "logprobs", "probabilities", "diagnostics", "top_logprobs"]
+    r = client.sample(row, top_k=2, seed=7, n=5, top_logprobs=2, returns=wanted)  # semantics.md: top_k 2
+    assert r.probabilities is not None and r.tokens is not None and r.logprobs is not None
+    np.testing.assert_allclose(r.probabilities, [0.2891, 0, 0, 0.7109], atol=1e-4)
+    assert r.tokens.shape == (5,) and set(r.tokens.tolist()) <= {0, 3} and r.seed == 7
+    np.testing.assert_allclose(r.logprobs, np.log(r.probabilities[r.tokens]), atol=1e-5)
+    assert [(t.token, round(t.logprob, 4)) for t in r.top_logprobs] == [(3, -0.3412), (0, -1.2412)]  # rank-1 logits
+    again = client.sample(row, top_k=2, seed=7, n=5)
+    assert again.tokens is not None and again.tokens.tolist() == r.tokens.tolist()  # same seed, same tokens
+    t2 = client.sample(row, temperature=2.0, top_p=0.9, returns=["probabilities"])
+    assert t2.probabilities is not None
+    np.testing.assert_allclose(t2.probabilities, [0.3314, 0.1489, 0, 0.5197], atol=1e-4)
+    pen = client.sample(
+        row,
+        repetition_penalty=1.5,
+        frequency_penalty=0.1,
+        presence_penalty=0.2,
+        previous_tokens=[0, 2, 2],
+        returns=["probabilities"],
+    )
+    assert pen.probabilities is not None
+    np.testing.assert_allclose(pen.probabilities, [0.1209, 0.0663, 0.0045, 0.8083], atol=1e-4)
+
+
+def test_calibrate_lowers_the_calibration_error(client: AttentionClient) -> None:
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 4, 300)
+    logits = 3.0 * (np.eye(4)[labels] * 1.2 + rng.standard_normal((300, 4)))  # overconfident
+    r = client.calibrate(logits, labels, bins=10)
+    assert r.temperature > 1 and not r.bounded
+    assert r.ece["after"] < r.ece["before"] and r.nll["after"] < r.nll["before"]
+    assert len(r.reliability["before"]) == 10 and sum(b.count for b in r.reliability["after"]) == 300
+    assert r.accuracy is not None and 0 < r.accuracy < 1 and r.request_id
