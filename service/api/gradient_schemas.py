@@ -93,11 +93,13 @@ class AnalyzeRequest(BaseModel):
         Annotated[list[Annotated[StrictInt, Field(ge=1)]], Field(min_length=1, max_length=MAX_SWEEP_VALUES)] | None
     ) = Field(None, description="E values to sweep when drawing (replaces shape's E).")
     normalizer: NormalizerName = "softmax"
-    alpha: Annotated[float, Field(gt=1, allow_inf_nan=False)] | None = Field(None, description="For 'entmax'.")
+    alpha: Annotated[float, Field(strict=True, gt=1, allow_inf_nan=False)] | None = Field(
+        None, description="For 'entmax'."
+    )
     mask: TensorField | None = Field(None, description="As in /v1/attention, broadcastable to (B, H, L, S).")
     causal: StrictBool | Literal["top_left", "bottom_right"] = False
     key_lengths: list[Annotated[StrictInt, Field(ge=0)]] | None = None
-    vanishing_threshold: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+    vanishing_threshold: Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)] = Field(
         1e-3, description="A row's gradient vanishes when its Jacobian norm is below this."
     )
 

@@ -16,7 +16,7 @@ MAX_SEED = (1 << 63) - 1
 SERVER_SEED_BITS = 53
 """Seeds the server draws fit in 53 bits, so that JavaScript numbers carry them back exactly."""
 
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 PreviousTokens = Annotated[
     list[Any],
     WithJsonSchema(
@@ -43,7 +43,7 @@ class SampleRequest(BaseModel):
     mask: TensorField | None = Field(
         None, description="Step 1. Boolean (true = keep) or float (added), broadcastable to the logits."
     )
-    repetition_penalty: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+    repetition_penalty: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] = Field(
         1.0, description="Step 2, on each distinct previous token: z / r where z > 0, z * r otherwise (CTRL)."
     )
     frequency_penalty: FiniteFloat = Field(0.0, description="Step 3: minus this times the token's count.")
@@ -51,16 +51,16 @@ class SampleRequest(BaseModel):
     previous_tokens: PreviousTokens | None = Field(
         None, description="Token ids seen so far: one list for every row, or one list per row; ids in [0, V)."
     )
-    temperature: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+    temperature: Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)] = Field(
         1.0, description="Step 4: divides the logits; 0 = greedy (argmax, lowest id on ties; steps 5-7 skipped)."
     )
     top_k: Annotated[StrictInt, Field(ge=0)] = Field(
         0, description="Step 5: keep the values >= the k-th largest (ties kept); 0 = off."
     )
-    top_p: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = Field(
+    top_p: Annotated[float, Field(strict=True, gt=0, le=1, allow_inf_nan=False)] = Field(
         1.0, description="Step 6: keep tokens, most probable first, while the mass before them is < top_p; 1 = off."
     )
-    min_p: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = Field(
+    min_p: Annotated[float, Field(strict=True, ge=0, lt=1, allow_inf_nan=False)] = Field(
         0.0, description="Step 7: keep tokens with p >= min_p * max p; 0 = off."
     )
     n: Annotated[StrictInt, Field(ge=1, le=MAX_DRAWS)] = Field(1, description="Draws per row.")

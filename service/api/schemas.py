@@ -115,7 +115,7 @@ def _json_schema_type(name: str, schema: dict[str, Any]) -> Any:
 
 TensorField = Annotated[Any, _json_schema_type("Tensor", TENSOR_JSON_SCHEMA)]
 OutTensor = Annotated[Any, _json_schema_type("OutputTensor", OUT_TENSOR_JSON_SCHEMA)]
-PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+PositiveFloat = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 NormalizerName = Literal["softmax", "sparsemax", "entmax15", "entmax", "relu"]
 ReturnName = Literal["output", "weights", "scores", "diagnostics", "gradient_health"]
 
@@ -152,7 +152,7 @@ class AttentionRequest(_Strict):
     scale: PositiveFloat | None = Field(None, description="Default 1/sqrt(E).")
     temperature: PositiveFloat = Field(1.0, description="Divides the masked scores before the normalizer.")
     normalizer: NormalizerName = "softmax"
-    alpha: Annotated[float, Field(gt=1, allow_inf_nan=False)] | None = Field(
+    alpha: Annotated[float, Field(strict=True, gt=1, allow_inf_nan=False)] | None = Field(
         None, description="Required for normalizer 'entmax' (alpha > 1; 2 is sparsemax, 1.5 is entmax15)."
     )
     engine: Literal["auto", "numpy", "onnx"] = "auto"
@@ -182,7 +182,7 @@ class AttentionOptions(_Strict):
     scale: PositiveFloat | None = None
     temperature: PositiveFloat = 1.0
     normalizer: NormalizerName = "softmax"
-    alpha: Annotated[float, Field(gt=1, allow_inf_nan=False)] | None = None
+    alpha: Annotated[float, Field(strict=True, gt=1, allow_inf_nan=False)] | None = None
     engine: Literal["auto", "numpy", "onnx"] = "auto"
 
     @property
@@ -200,7 +200,7 @@ class SoftmaxOptions(_Strict):
     axis: StrictInt = -1
     temperature: PositiveFloat = 1.0
     normalizer: NormalizerName = "softmax"
-    alpha: Annotated[float, Field(gt=1, allow_inf_nan=False)] | None = None
+    alpha: Annotated[float, Field(strict=True, gt=1, allow_inf_nan=False)] | None = None
     log: StrictBool = False
 
 
@@ -211,7 +211,7 @@ class SoftmaxRequest(_Strict):
     axis: StrictInt = Field(-1, description="The axis normalized over.")
     temperature: PositiveFloat = 1.0
     normalizer: NormalizerName = "softmax"
-    alpha: Annotated[float, Field(gt=1, allow_inf_nan=False)] | None = None
+    alpha: Annotated[float, Field(strict=True, gt=1, allow_inf_nan=False)] | None = None
     log: StrictBool = Field(False, description="Also return log-probabilities (softmax only).")
     mask: TensorField | None = Field(
         None, description="Boolean (true = keep) or float (added to the logits), broadcastable to the logits."
