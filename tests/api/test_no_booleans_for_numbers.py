@@ -1,5 +1,6 @@
 """A boolean is not a number: true/false for a float option is a 422 naming the field (pydantic's lax mode read
-them as 1.0/0.0; schemathesis found `"min_p": false` accepted). Integers stay welcome."""
+them as 1.0/0.0; schemathesis found `"min_p": false` accepted). Integers stay welcome.
+"""
 
 from __future__ import annotations
 
