@@ -19,6 +19,7 @@ _NUMBER_OR_BOOL = {"anyOf": [{"type": "number"}, {"type": "boolean"}]}
 _NUMBER_OR_NULL = {"anyOf": [{"type": "number"}, {"type": "null"}]}
 _FLAT_REF = {"$ref": "#/components/schemas/FlatTensor"}
 _B64_REF = {"$ref": "#/components/schemas/Base64Tensor"}
+_B64_OUT_REF = {"$ref": "#/components/schemas/Base64OutputTensor"}
 
 
 def _nested(item: dict[str, Any], rank: int) -> dict[str, Any]:
@@ -53,6 +54,17 @@ BASE64_TENSOR_JSON_SCHEMA: dict[str, Any] = {
         "b64": {"type": "string", "contentEncoding": "base64"},
     },
 }
+BASE64_OUTPUT_TENSOR_JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "title": "Base64OutputTensor",
+    "description": "An answer's tensor as the base64 of its little-endian C-order bytes (token ids are int64).",
+    "required": ["shape", "dtype", "b64"],
+    "properties": {
+        "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "dtype": {"type": "string", "enum": [*_DTYPES, "int64"]},
+        "b64": {"type": "string", "contentEncoding": "base64"},
+    },
+}
 TENSOR_JSON_SCHEMA: dict[str, Any] = {
     "title": "Tensor",
     "description": (
@@ -69,7 +81,7 @@ OUT_TENSOR_JSON_SCHEMA: dict[str, Any] = {
         "A nested JSON array (default) or, with encoding 'base64', {shape, dtype, b64}. "
         "Masked scores (-inf) are written as null in JSON arrays."
     ),
-    "anyOf": [*(_nested(_NUMBER_OR_NULL, rank) for rank in range(1, 5)), _B64_REF],
+    "anyOf": [*(_nested(_NUMBER_OR_NULL, rank) for rank in range(1, 5)), _B64_OUT_REF],
     "examples": [[[0.66976154, 0.33023846, 0.0]], {"shape": [2], "dtype": "float32", "b64": "AACAPwAAAEA="}],
 }
 TENSOR_COMPONENTS: dict[str, dict[str, Any]] = {
@@ -77,6 +89,7 @@ TENSOR_COMPONENTS: dict[str, dict[str, Any]] = {
     "OutputTensor": OUT_TENSOR_JSON_SCHEMA,
     "FlatTensor": FLAT_TENSOR_JSON_SCHEMA,
     "Base64Tensor": BASE64_TENSOR_JSON_SCHEMA,
+    "Base64OutputTensor": BASE64_OUTPUT_TENSOR_JSON_SCHEMA,
 }
 """The tensor components of the OpenAPI schema (docs.py adds them): one ``$ref`` per tensor field, the object
 forms as components of their own (SDK generators take unions of references, not of inline objects)."""
@@ -95,7 +108,11 @@ def _int64(value: Any) -> Any:
 
 def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` with the form references replaced by the forms: a self-contained JSON schema."""
-    forms = {_FLAT_REF["$ref"]: FLAT_TENSOR_JSON_SCHEMA, _B64_REF["$ref"]: BASE64_TENSOR_JSON_SCHEMA}
+    forms = {
+        _FLAT_REF["$ref"]: FLAT_TENSOR_JSON_SCHEMA,
+        _B64_REF["$ref"]: BASE64_TENSOR_JSON_SCHEMA,
+        _B64_OUT_REF["$ref"]: BASE64_OUTPUT_TENSOR_JSON_SCHEMA,
+    }
     return {**schema, "anyOf": [forms.get(part.get("$ref", ""), part) for part in schema["anyOf"]]}
 
 

@@ -64,6 +64,9 @@ def test_every_array_has_items_and_tensors_are_one_ref(schema: dict[str, Any]) -
     assert {"$ref": "#/components/schemas/Tensor"} in request["mask"]["anyOf"]
     response = schema["components"]["schemas"]["AttentionResponse"]["properties"]
     assert {"$ref": "#/components/schemas/OutputTensor"} in response["output"]["anyOf"]
+    assert {"$ref": "#/components/schemas/Base64OutputTensor"} in schema["components"]["schemas"]["OutputTensor"][
+        "anyOf"
+    ]
     tensor = schema["components"]["schemas"]["Tensor"]["anyOf"]
     assert {"$ref": "#/components/schemas/Base64Tensor"} in tensor and {
         "$ref": "#/components/schemas/FlatTensor"
