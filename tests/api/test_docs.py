@@ -137,6 +137,8 @@ def _close(got: Any, want: Any, where: str = "") -> None:
                 _close(got[k], want[k], f"{where}.{k}")
     elif isinstance(want, list) and want and isinstance(want[0], (list, float, int)) and not isinstance(want[0], bool):
         np.testing.assert_allclose(np.asarray(got, float), np.asarray(want, float), rtol=1e-6, atol=1e-7, err_msg=where)
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, rel=1e-6, abs=1e-7), where
     else:
         assert got == want, where
 
