@@ -73,12 +73,13 @@ def softmax_estimate(
 
 
 def softmax_memory(shape: tuple[int, ...], with_log: bool, precision: str, response_bytes: int) -> int:
-    """Peak bytes of one softmax request: the logits in the compute dtype, the results, row-chunk
+    """Peak bytes of one softmax request: the logits in the compute dtype, the float64 working copies
+    ((logits + mask) / T and the log-probabilities are formed in float64), the results, row-chunk
     scratch of the sort-based and bisection kernels, and the response body.
     """
     elements = math.prod(shape)
     itemsize = 4 if precision == "float32" else 8
-    arrays = elements * itemsize * (3 + int(with_log))
+    arrays = elements * itemsize * (3 + int(with_log)) + elements * 8 * (1 + int(with_log))
     return arrays + cost.NUMPY_THREAD_SCRATCH_BYTES + response_bytes
 
 
