@@ -131,6 +131,11 @@ def overflow_error(dtype: np.dtype | type, what: str = "the scores") -> Numerica
     )
 
 
+def _wider(dtype: np.dtype | type) -> str:
+    """``"precision float64 or "`` where float64 would help, nothing where it is already in force."""
+    return "precision float64 or " if np.dtype(dtype) != np.float64 else ""
+
+
 def score_factor(scale: float, temperature: float, dtype: np.dtype | type) -> float:
     """``scale / temperature`` (computed in float64, rounded once to ``dtype``), the factor Q is multiplied by.
 
@@ -143,7 +148,7 @@ def score_factor(scale: float, temperature: float, dtype: np.dtype | type) -> fl
     if not np.isfinite(rounded):
         raise NumericalError(
             f"scale / temperature = {factor:.3g} overflows {np.dtype(dtype).name}; "
-            "use precision float64 or a larger temperature"
+            f"use {_wider(dtype)}a larger temperature"
         )
     return float(rounded)
 
@@ -166,7 +171,7 @@ def scaled_bias(bias: np.ndarray, temperature: float, dtype: np.dtype | type, *,
             raise NumericalError(
                 f"the float mask divided by the temperature overflows {dtype.name} "
                 f"(a mask entry / temperature = {float(quotient[idx]):.3g}); "
-                "use precision float64 or a larger temperature"
+                f"use {_wider(dtype)}a larger temperature"
             )
     return out
 

@@ -232,3 +232,23 @@ def test_json_forms_give_the_answer_of_base64(client: TestClient, parser: str) -
         out = {o["name"]: o["data"] for o in r.json()["outputs"]}
         assert out["output"] == np.array(want.json()["output"]).reshape(-1).tolist()
         assert out["weights"] == np.array(want.json()["weights"]).reshape(-1).tolist()
+
+
+@pytest.mark.parametrize(
+    "fields, fields32, cause",
+    [
+        ({"scale": 1e300, "temperature": 1e-300}, {"scale": 1e30, "temperature": 1e-30}, "scale / temperature = "),
+        (
+            {"mask": [-1e300, 0.0], "temperature": 1e-10},
+            {"mask": [-1e30, 0.0], "temperature": 1e-10},
+            "the float mask divided by the temperature overflows ",
+        ),
+    ],
+)
+def test_float64_overflow_does_not_advise_float64(
+    client: TestClient, fields: dict[str, Any], fields32: dict[str, Any], cause: str
+) -> None:
+    p = assert_problem(v1(client, precision="float64", **fields), 422, detail=cause)
+    assert "float64" in p["detail"] and "precision float64" not in p["detail"] and "larger temperature" in p["detail"]
+    p = assert_problem(v1(client, **fields32), 422, detail=cause)
+    assert "float32" in p["detail"] and "use precision float64 or a larger temperature" in p["detail"]
