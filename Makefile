@@ -8,7 +8,7 @@ LOCK   := requirements.lock
 # pip-compile (pip-tools) writes the locks: exact versions with every file's sha256.
 PIP_COMPILE := $(BIN)/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: serve check format test bench bench-engines bench-sample bench-http load-test export-models image smoke-podman lock lock-upgrade clean
+.PHONY: serve check format test screenshots bench bench-engines bench-sample bench-http load-test export-models image smoke-podman lock lock-upgrade clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ format: $(VENV)/.installed-test
 
 test: check $(VENV)/.installed-test
 	$(BIN)/python -m pytest
+
+# Refresh the playground screenshots the README shows (needs Debian's chromium: apt-get install -y chromium).
+screenshots: $(VENV)/.installed-test
+	PLAYGROUND_SCREENSHOTS_DIR=docs/screenshots $(BIN)/python -m pytest tests/playground -q
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/bench_numpy_engine.py

@@ -15,5 +15,9 @@ from setuptools import find_packages, setup
 setup(
     packages=[*find_packages(include=["service", "service.*"]), "service.models", "attention_client"],
     package_dir={"service.models": "models", "attention_client": "clients/python/attention_client"},
-    package_data={"service.models": ["*.onnx", "manifest.json"], "attention_client": ["py.typed"]},
+    package_data={
+        "service.models": ["*.onnx", "manifest.json"],
+        "service.playground": ["static/*"],
+        "attention_client": ["py.typed"],
+    },
 )

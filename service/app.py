@@ -30,6 +30,7 @@ from service.engines.dispatch import EngineDispatcher
 from service.engines.numpy_engine import NumpyEngine
 from service.middleware import install_hardening
 from service.observability.tracing import install_tracing
+from service.playground import install_playground
 from service.runtime import Runtime
 from service.settings import Settings
 
@@ -131,6 +132,7 @@ def create_app(
         ],
     )
     install_docs(app)
+    install_playground(app)
     install_hardening(app, settings)  # middleware, /metrics and the error responses in the schema
     finish_openapi(app)  # last: examples, security schemes, no answer a route never sends
     install_tracing(app, settings.tracing, tracer_provider)  # outermost, only when ATTN_TRACING is on

@@ -28,3 +28,10 @@ def busy_server() -> Iterator[LiveServer]:
         ATTN_LOG_LEVEL="error",
     ) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def page_server() -> Iterator[LiveServer]:
+    """Default settings (no API keys): what a person opening the playground meets."""
+    with serve() as server:
+        yield server
