@@ -66,3 +66,5 @@ def test_the_server_wheel_carries_the_client(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("attention_service-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"attention_client/__init__.py", "attention_client/py.typed", "service/client.py"} <= names
+    static = {f"service/playground/static/{n}" for n in ("index.html", "playground.js", "playground.css")}
+    assert static <= names, "the playground's files are package data"
