@@ -80,7 +80,7 @@ def softmax_memory(shape: tuple[int, ...], with_log: bool, precision: str, respo
     elements = math.prod(shape)
     itemsize = 4 if precision == "float32" else 8
     arrays = elements * itemsize * (3 + int(with_log)) + elements * 8 * (1 + int(with_log))
-    return arrays + cost.NUMPY_THREAD_SCRATCH_BYTES + response_bytes
+    return arrays + cost.numpy_scratch_bytes(elements, "entmax") + response_bytes
 
 
 def attention_estimate(
@@ -186,7 +186,7 @@ def backward_memory(dims: Dims, returned: Collection[str], precision: str, respo
     ) * itemsize
     block = dims.group * dims.L * dims.S * 8 * 6
     full = cost.scores(dims) * itemsize * (("grad_mask" in returned) + ("weights" in returned))
-    return 3 * inputs + block + full + cost.NUMPY_THREAD_SCRATCH_BYTES + response_bytes
+    return 3 * inputs + block + full + cost.numpy_scratch_bytes(cost.scores(dims), "entmax") + response_bytes
 
 
 def backward_graph_memory(graph: str, dims: Dims, precision: str, response_bytes: int) -> int:
@@ -330,4 +330,4 @@ def analyze_memory(dims: Dims, head_dims: Collection[int], response_bytes: int) 
     """
     e = max(head_dims)
     inputs = dims.B * (dims.Hq * dims.L + dims.Hkv * dims.S) * e * 8
-    return 2 * inputs + cost.NUMPY_THREAD_SCRATCH_BYTES * 2 + response_bytes
+    return 2 * inputs + cost.numpy_scratch_bytes(cost.scores(dims), "entmax") * 2 + response_bytes

@@ -94,6 +94,17 @@ ONNX_DEFAULT_BYTES_PER_SCORE = 80.0
 NUMPY_THREAD_SCRATCH_BYTES = CHUNK_ELEMENTS * 8 * 3 + (1 << 17) * 8 * 12
 """Per worker thread: a chunk of scores and two temporaries in float64, plus the sort-based and
 bisection normalizers' float64 row blocks (x, sorted candidates, prefix sums, ...)."""
+SORT_BLOCK_ELEMENTS = 1 << 17
+"""Row blocks of the sort-based and bisection kernels (``service.core.normalizers._CHUNK_ELEMENTS``)."""
+
+
+def numpy_scratch_bytes(n_scores: int, normalizer: str) -> int:
+    """One worker thread's temporaries for a task of ``n_scores``: never more than the task itself needs,
+    so a tiny request does not hold tens of MiB of the memory budget.
+    """
+    chunk = min(n_scores, CHUNK_ELEMENTS) * 8 * 3
+    blocks = 0 if normalizer in ("softmax", "relu") else min(n_scores, SORT_BLOCK_ELEMENTS) * 8 * 12
+    return chunk + blocks
 FIXED_BYTES = 1 << 20
 
 
@@ -157,7 +168,9 @@ def numpy_cost(
 ) -> Cost:
     """The numpy engine: GEMMs plus the normalizer's passes; results plus a scratch per worker thread."""
     seconds = gemm_seconds(dims, dtype) + scores(dims) * normalizer_ns_per_score(normalizer, alpha, dtype) * 1e-9
-    peak = result_bytes(dims, dtype, need_weights, need_scores) + max(workers, 1) * NUMPY_THREAD_SCRATCH_BYTES
+    n = scores(dims)
+    threads = max(1, min(workers, -(-n // SORT_BLOCK_ELEMENTS)))  # small tasks run on one thread
+    peak = result_bytes(dims, dtype, need_weights, need_scores) + threads * numpy_scratch_bytes(n, normalizer)
     return Cost(seconds, peak + FIXED_BYTES)
 
 
