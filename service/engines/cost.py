@@ -105,6 +105,8 @@ def numpy_scratch_bytes(n_scores: int, normalizer: str) -> int:
     chunk = min(n_scores, CHUNK_ELEMENTS) * 8 * 3
     blocks = 0 if normalizer in ("softmax", "relu") else min(n_scores, SORT_BLOCK_ELEMENTS) * 8 * 12
     return chunk + blocks
+
+
 FIXED_BYTES = 1 << 20
 
 
