@@ -14,10 +14,11 @@ The steps, in this order, over the last axis of ``(N, V)`` logits:
 8. the final distribution is the softmax over the kept tokens; removed tokens are exactly 0.
 
 Speed: a vocabulary of 256k and hundreds of rows must not be sorted in full. Steps 5-7 keep a prefix of
-the tokens in descending order, so only a top set found by partial selection (``np.argpartition``) is
-sorted. ``top_k`` and ``min_p`` are thresholds, so their kept set is known from one partition; ``top_p``
-alone starts from the top 256 candidates and grows them eightfold until every row's cut falls inside
-the part of its candidates whose order is certain. Every step works on all rows at once.
+the tokens in descending order, so only a top set is sorted: the tokens at or above a per-row
+threshold, gathered in one pass (ties at the threshold included, so the set is a prefix of the true
+order). ``top_k``'s threshold is the k-th largest value, found by partial selection (``np.partition``),
+``min_p``'s is ``max + log(min_p)``; ``top_p`` alone starts from the top 256 of each row and grows them
+eightfold until every row's cut falls inside its set. Every step works on all rows at once.
 
 Drawing: ``uniforms(seed, shape)`` takes 64-bit words from numpy's ``Philox`` (a counter-based generator,
 Salmon et al. 2011, seeded through ``SeedSequence(seed)``; both streams are fixed by numpy) and maps each
