@@ -25,6 +25,8 @@ T_MIN = 0.01
 T_MAX = 100.0
 RELATIVE_TOLERANCE = 1e-12
 MAX_ITERATIONS = 200
+MAX_ABS_LOGIT = 1e150
+"""Larger logits would overflow the variance ``(z / 0.01)**2`` of the Newton step in float64."""
 
 
 def check_inputs(logits: np.ndarray, labels: np.ndarray) -> None:
@@ -46,8 +48,14 @@ def check_inputs(logits: np.ndarray, labels: np.ndarray) -> None:
     if bad.any():
         i, j = (int(v) for v in np.argwhere(bad)[0])
         raise InvalidInput(f"logits[{i}, {j}] is {logits[i, j]}; values must be finite", ("logits", i, j))
-    if float(np.max(np.abs(logits))) * (1.0 / T_MIN) > np.finfo(np.float64).max / 4:
-        raise InvalidInput("logits are too large to divide by the smallest temperature 0.01", ("logits",))
+    magnitude = np.abs(logits)
+    i, j = np.unravel_index(int(np.argmax(magnitude)), logits.shape)
+    if float(magnitude[i, j]) > MAX_ABS_LOGIT:
+        raise InvalidInput(
+            f"logits[{i}, {j}] = {logits[i, j]} is too large to calibrate (|logit| <= {MAX_ABS_LOGIT:g}: its square "
+            "over the smallest temperature must stay finite)",
+            ("logits", int(i), int(j)),
+        )
 
 
 def _softmax_stats(z: np.ndarray, zy: np.ndarray, b: float) -> tuple[float, float, float]:
@@ -59,11 +67,12 @@ def _softmax_stats(z: np.ndarray, zy: np.ndarray, b: float) -> tuple[float, floa
     s = e.sum(axis=1)
     p = e / s[:, None]
     mean_z = np.einsum("ij,ij->i", p, z)
-    mean_z2 = np.einsum("ij,ij->i", p, z * z)
+    d = z - mean_z[:, None]
+    var = np.einsum("ij,ij->i", p, d * d)  # centred: no cancellation between E[z^2] and E[z]^2
     lse = np.log(s) + m[:, 0]
     f = float(np.mean(lse - b * zy))
     g = float(np.mean(mean_z - zy))
-    h = float(np.mean(np.maximum(mean_z2 - mean_z * mean_z, 0.0)))
+    h = float(np.mean(var))
     return f, g, h
 
 

@@ -468,7 +468,9 @@ class RawStats:
 def raw_stats(logits: np.ndarray) -> RawStats:
     """Per-row max, log-sum-exp (of ``logits - max``) and softmax entropy (nats) of finite (N, V) logits."""
     m = np.max(logits, axis=-1, keepdims=True)
-    x = logits - m
+    with np.errstate(over="ignore"):
+        x = logits - m  # may overflow to -inf across the whole float range ...
+    np.maximum(x, np.finfo(x.dtype).min, out=x)  # ... and 0 * -inf would be NaN in the entropy
     with np.errstate(under="ignore"):
         e = np.exp(x)
     s = np.sum(e, axis=-1, dtype=np.float64)
@@ -530,8 +532,8 @@ def process(
     with np.errstate(over="ignore"):
         y = z - zmax
     if params.temperature != 1:
-        # A temperature below the dtype's smallest normal number would round to 0 (and 0 / 0 is NaN).
-        t = dtype.type(max(params.temperature, float(np.finfo(dtype).tiny)))
+        # A temperature below the dtype's smallest subnormal number would round to 0 (and 0 / 0 is NaN).
+        t = dtype.type(max(params.temperature, float(np.finfo(dtype).smallest_subnormal)))
         with np.errstate(under="ignore", over="ignore"):
             y /= t
     unchanged = mask is None and not penalized and params.temperature == 1

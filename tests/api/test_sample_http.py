@@ -219,3 +219,15 @@ def test_vocabulary_over_max_vocab_is_422() -> None:
         assert c.post("/v1/sample", json={"logits": [0.0] * 100}).status_code == 200
         assert_problem(c.post("/v1/sample", json={"logits": [0.0] * 101}), 422, loc=["logits", "shape", 0])
         assert_problem(c.post("/v1/sample", json={"logits": [[0.0]] * 51}), 422, loc=["logits", "shape", 0])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_extreme_logits_never_answer_nan(client, dtype: str) -> None:
+    big = 3e38 if dtype == "float32" else 1.7e308
+    for extra in ({}, {"temperature": 0.5, "top_p": 0.5}, {"temperature": 1e-300, "min_p": 0.5}):
+        body = {"logits": b64([big, -big, 0.0], dtype), "precision": dtype, "return": ALL, "top_logprobs": 3, **extra}
+        r = client.post("/v1/sample", json=body)
+        assert r.status_code == 200, r.text
+        assert "null" not in r.text and "NaN" not in r.text
+        out = r.json()
+        assert out["tokens"] == [0] and out["probabilities"] == [1.0, 0.0, 0.0]

@@ -55,6 +55,13 @@ def test_labels_independent_of_logits_push_t_to_the_upper_end() -> None:
     assert fit.temperature == C.T_MAX and fit.bounded
 
 
+def test_large_logits_stay_finite() -> None:
+    z = np.array([[1e100, 0.0, -1e100], [0.0, 1e100, 1.0], [1.0, 2.0, 0.0]])
+    got = C.calibrate(z, np.array([0, 0, 2]))
+    assert got.fit.temperature == C.T_MAX and got.fit.bounded
+    assert np.isfinite([got.nll_before, got.nll_after, got.before.ece, got.after.ece]).all()
+
+
 def test_ece_and_bins_by_hand() -> None:
     # Confidences 0.5 (two classes tied: prediction is class 0), 0.8808 and 0.9526 with 2 bins (0, .5], (.5, 1].
     z = np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 3.0]])
@@ -83,6 +90,7 @@ def test_ece_and_bins_by_hand() -> None:
         (np.zeros((0, 3)), [], ("logits",)),
         ([[1.0], [2.0]], [0, 0], ("logits", "shape", 1)),
         ([1.0, 2.0], [0], ("logits",)),
+        ([[1.0, 2.0], [3.0, -1e200]], [0, 1], ("logits", 1, 1)),
     ],
 )
 def test_bad_inputs_name_the_place(logits, labels, loc) -> None:

@@ -231,6 +231,16 @@ def test_masks_select_or_add() -> None:
     assert err.value.loc == ("mask", "shape")
 
 
+def test_extreme_logits_give_finite_diagnostics() -> None:
+    """Logits across the whole float range: the shift by the max overflows to -inf, never to NaN."""
+    for dtype, big in ((np.float32, 3e38), (np.float64, 1.7e308)):
+        z = np.array([[big, -big, 0.0]], dtype=dtype)
+        raw = S.raw_stats(z)
+        assert np.isfinite(raw.entropy).all() and raw.entropy[0] == 0 and raw.lse[0] == 0
+        filtered, _ = S.process(z, S.SamplingParams(temperature=0.5, top_p=0.5), raw=raw)
+        assert filtered.kept.tolist() == [1] and np.isfinite(filtered.removed_mass).all()
+
+
 def test_tiny_temperatures_do_not_overflow() -> None:
     z = np.array([3e38, 2.9e38, -3e38], dtype=np.float32)
     for t in (1e-30, 1e-300):
