@@ -49,12 +49,12 @@ def check_inputs(logits: np.ndarray, labels: np.ndarray) -> None:
         i, j = (int(v) for v in np.argwhere(bad)[0])
         raise InvalidInput(f"logits[{i}, {j}] is {logits[i, j]}; values must be finite", ("logits", i, j))
     magnitude = np.abs(logits)
-    i, j = np.unravel_index(int(np.argmax(magnitude)), logits.shape)
-    if float(magnitude[i, j]) > MAX_ABS_LOGIT:
+    r, k = (int(v) for v in np.unravel_index(int(np.argmax(magnitude)), logits.shape))
+    if float(magnitude[r, k]) > MAX_ABS_LOGIT:
         raise InvalidInput(
-            f"logits[{i}, {j}] = {logits[i, j]} is too large to calibrate (|logit| <= {MAX_ABS_LOGIT:g}: its square "
+            f"logits[{r}, {k}] = {logits[r, k]} is too large to calibrate (|logit| <= {MAX_ABS_LOGIT:g}: its square "
             "over the smallest temperature must stay finite)",
-            ("logits", int(i), int(j)),
+            ("logits", r, k),
         )
 
 
