@@ -175,8 +175,8 @@ def apply_penalties(z: np.ndarray, row_ids: np.ndarray, tokens: np.ndarray, para
     if rep != 1:
         with np.errstate(over="ignore"):
             vals = np.where(vals > 0, vals / rep, vals * rep)
-    vals = vals - params.frequency_penalty * counts - params.presence_penalty
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # huge penalties: checked just below
+        vals = vals - params.frequency_penalty * counts - params.presence_penalty
         out = vals.astype(z.dtype)
     if np.isposinf(out).any() or np.isnan(out).any():
         raise InvalidInput(f"the penalties make a logit overflow {z.dtype.name}", ("frequency_penalty",))
@@ -533,7 +533,9 @@ def process(
         y = z - zmax
     if params.temperature != 1:
         # A temperature below the dtype's smallest subnormal number would round to 0 (and 0 / 0 is NaN).
-        t = dtype.type(max(params.temperature, float(np.finfo(dtype).smallest_subnormal)))
+        # A huge one would cast to inf: the largest finite one gives the same uniform answer.
+        info = np.finfo(dtype)
+        t = dtype.type(min(max(params.temperature, float(info.smallest_subnormal)), float(info.max)))
         with np.errstate(under="ignore", over="ignore"):
             y /= t
     unchanged = mask is None and not penalized and params.temperature == 1

@@ -224,10 +224,28 @@ def test_vocabulary_over_max_vocab_is_422() -> None:
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_extreme_logits_never_answer_nan(client, dtype: str) -> None:
     big = 3e38 if dtype == "float32" else 1.7e308
-    for extra in ({}, {"temperature": 0.5, "top_p": 0.5}, {"temperature": 1e-300, "min_p": 0.5}):
+    for extra in (
+        {},
+        {"temperature": 0.5, "top_p": 0.5},
+        {"temperature": 1e-300, "min_p": 0.5},
+        {"temperature": 1e308},
+    ):
         body = {"logits": b64([big, -big, 0.0], dtype), "precision": dtype, "return": ALL, "top_logprobs": 3, **extra}
         r = client.post("/v1/sample", json=body)
         assert r.status_code == 200, r.text
         assert "null" not in r.text and "NaN" not in r.text
         out = r.json()
-        assert out["tokens"] == [0] and out["probabilities"] == [1.0, 0.0, 0.0]
+        if extra.get("temperature") == 1e308:  # T beyond float32: clamped to its largest finite number
+            assert sum(out["probabilities"]) == pytest.approx(1, rel=1e-6)
+        else:
+            assert out["tokens"] == [0] and out["probabilities"] == [1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("penalty", [1e308, -1e308])
+def test_huge_penalties_are_a_clear_answer(client, penalty: float) -> None:
+    body = {"logits": ROW2, "previous_tokens": [1, 1], "frequency_penalty": penalty, "presence_penalty": penalty}
+    r = client.post("/v1/sample", json={**body, "return": ["probabilities"], "precision": "float64"})
+    if penalty > 0:  # token 1 pushed to -inf: removed
+        assert r.status_code == 200 and r.json()["probabilities"][1] == 0
+    else:  # pushed to +inf: refused, naming the penalty
+        assert_problem(r, 422, loc=["frequency_penalty"])

@@ -397,3 +397,44 @@ def test_rows_with_different_kept_counts_are_padded_and_the_padding_is_never_use
     plain, _ = S.process(z, S.SamplingParams())
     ids, _, valid = S.top_logprobs(plain, 2)
     assert ids.tolist() == [[1, 2], [0, 1]] and valid.all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.integers(1, 3).flatmap(
+        lambda n: st.lists(
+            st.lists(
+                st.floats(-3.0000000054977558e38, 3.0000000054977558e38, allow_nan=False, width=32),
+                min_size=4,
+                max_size=4,
+            ),
+            min_size=n,
+            max_size=n,
+        )
+    ),
+    temperature=st.one_of(st.just(0.0), st.floats(1e-300, 1e300)),
+    top_k=st.integers(0, 6),
+    top_p=st.floats(1e-9, 1.0, exclude_min=False),
+    min_p=st.floats(0.0, 0.999),
+    penalty=st.floats(-1e300, 1e300),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_any_finite_input_gives_a_distribution_or_a_clear_refusal(
+    rows, temperature, top_k, top_p, min_p, penalty, dtype
+) -> None:
+    """Over the whole float range: a proper distribution (no NaN, sums to 1) or an InvalidInput, nothing else."""
+    z = np.array(rows, dtype=dtype)
+    params = S.SamplingParams(temperature, top_k, top_p, min_p, 1.3, penalty, penalty)
+    try:
+        raw = S.raw_stats(z)
+        filtered, _ = S.process(z, params, previous_tokens=[0, 0, 3], raw=raw)
+    except InvalidInput as exc:
+        assert exc.loc[0] in ("frequency_penalty", "mask")
+        return
+    p = filtered.dense(np.float64)
+    assert np.isfinite(p).all() and np.all(p >= 0)
+    np.testing.assert_allclose(p.sum(axis=1), 1, rtol=1e-5)
+    assert np.isfinite(raw.entropy).all() and np.isfinite(filtered.entropy).all()
+    assert np.isfinite(filtered.removed_mass).all() and np.all(filtered.kept >= 1)
+    tokens, logp = S.draw(filtered, S.uniforms(1, (z.shape[0], 3)))
+    assert np.all(np.take_along_axis(p, tokens, 1) > 0) and np.isfinite(logp).all()
