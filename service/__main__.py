@@ -43,6 +43,11 @@ def _serve(settings: Settings) -> int:
         server_header=False,
         # uvicorn annotates this int but hands it to asyncio.wait_for, which takes a float.
         timeout_graceful_shutdown=settings.shutdown_grace_s,  # type: ignore[arg-type]
+        # uvicorn's own limit: idle time of a kept-alive connection. Header size and time and the send
+        # timeout come from this protocol (uvicorn's httptools protocol has none; see its docstring).
+        # uvicorn annotates this int but hands it to loop.call_later, which takes a float.
+        timeout_keep_alive=settings.keep_alive_timeout_s,  # type: ignore[arg-type]
+        http="service.middleware.protocol:BoundedHttpToolsProtocol",
     )
     return 0
 

@@ -97,8 +97,15 @@ class Settings(BaseSettings):
     inline_max_body_bytes: int = Field(
         2048,
         ge=0,
-        description="Requests with a body this small run on the event loop (their work costs less than a thread hop); "
-        "larger ones in the thread pool.",
+        description="Only requests with a body this small may run on the event loop (and then only when their "
+        "estimated work is under ATTN_INLINE_MAX_WORK_FLOPS); the others run in the thread pool.",
+    )
+    inline_max_work_flops: float = Field(
+        1e7,
+        ge=0,
+        description="Largest estimated work (GEMM-equivalent operations, as ATTN_MAX_WORK_FLOPS; 1e7 is about "
+        "0.2 ms of one core) computed on the event loop: cheaper than a thread hop. Costlier requests run in the "
+        "thread pool.",
     )
 
     # Engines
@@ -155,10 +162,49 @@ class Settings(BaseSettings):
         description="Requests processed at once per worker process (worker threads are bounded to this).",
     )
     max_queued_requests: int = Field(
-        16, ge=0, le=4096, description="Requests that may wait for a slot; past it, 503 with Retry-After at once."
+        256,
+        ge=0,
+        le=4096,
+        description="Admitted requests that may wait for a compute slot; past it, 503 with Retry-After at once.",
     )
-    queue_timeout_s: float = Field(1.0, gt=0, description="Longest wait for a slot before a 503 with Retry-After.")
-    retry_after_s: int = Field(1, ge=1, le=3600, description="Retry-After (seconds) sent with 503 overload answers.")
+    queue_target_s: float = Field(
+        5.0,
+        gt=0,
+        description="Admission target: a request is admitted while its expected wait for a compute slot "
+        "(requests ahead x recent service time per slot) stays under this (and under ATTN_QUEUE_TIMEOUT_S); "
+        "else 503 before its body is read.",
+    )
+    queue_timeout_s: float = Field(
+        10.0, gt=0, description="Longest wait of an admitted request for a compute slot before a 503 with Retry-After."
+    )
+    retry_after_s: int = Field(
+        1, ge=1, le=3600, description="Smallest Retry-After (seconds) of 503 overload answers (else the expected wait)."
+    )
+    body_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="The request body must arrive within this time plus one second per ATTN_MIN_UPLOAD_BYTES_PER_S "
+        "bytes received (408 and the connection closed past it).",
+    )
+    min_upload_bytes_per_s: float = Field(
+        65536, gt=0, description="Slowest sustained upload accepted after the first ATTN_BODY_TIMEOUT_S (bytes/s)."
+    )
+    max_header_bytes: int = Field(
+        16384, ge=1024, description="Largest request line plus headers, in bytes (431 and the connection closed)."
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A connection must send a request's complete headers within this time, else it is closed.",
+    )
+    keep_alive_timeout_s: float = Field(
+        5.0, gt=0, description="An idle keep-alive connection (no request after the last answer) is closed after this."
+    )
+    send_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="A client that reads none of its answer for this long is disconnected and the answer freed.",
+    )
     api_keys: Annotated[list[SecretStr] | None, NoDecode] = Field(
         None, description="API keys; unset: no authentication. Each >= 16 characters."
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from service.api.errors import ProblemError
 from service.api.memory import current_lease
+from service.api.wire import check_inline
 from service.core.attention import Dims
 from service.engines import cost
 
@@ -259,7 +260,10 @@ def calibrate_estimate(rows: int, classes: int, bins: int) -> tuple[float, int, 
 
 
 def check(budget: Budget, flops: float, response_bytes: int, memory_bytes: int | None = None) -> str | None:
-    """Why a request over a limit is refused (the 413's detail), or None when it fits."""
+    """Why a request over a limit is refused (the 413's detail), or None when it fits.
+
+    A request that fits but is costly and runs on the event loop stops here (:func:`check_inline`).
+    """
     if flops > budget.max_work_flops:
         return (
             f"estimated work {flops:.3g} GEMM-equivalent floating-point operations (about "
@@ -277,6 +281,7 @@ def check(budget: Budget, flops: float, response_bytes: int, memory_bytes: int |
             "(ATTN_MEMORY_BUDGET_BYTES); split the request (fewer batches or heads, shorter sequences) "
             "or ask for fewer outputs"
         )
+    check_inline(flops, response_bytes)  # work within the limits but costly moves off the event loop here
     return None
 
 

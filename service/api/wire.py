@@ -3,19 +3,22 @@
 FastAPI's default path (jsonable_encoder + json.dumps) is about 20x slower
 than orjson on large arrays, so routes read the raw body, parse it once with
 orjson and answer with bytes serialized straight from numpy. Bodies sent with
-``Content-Encoding: gzip`` or ``deflate`` are inflated with a size cap;
-:func:`run_cpu` keeps the CPU work of all but tiny requests off the event loop.
+``Content-Encoding: gzip`` or ``deflate`` are inflated with a size cap, in a
+worker thread; :func:`run_cpu` keeps the CPU work of all but cheap requests off
+the event loop, and holds one of the admission's compute slots around it.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import numpy as np
 import orjson
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
@@ -29,7 +32,8 @@ DEFAULT_MAX_BODY_BYTES = 32 << 20
 """Cap on an inflated request body when the app has no ``max_body_bytes`` setting."""
 
 _WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}  # zlib window bits: gzip container, zlib container
-_INLINE_INFLATE_BYTES = 64 << 10  # smaller compressed bodies are inflated on the event loop
+INLINE_MAX_RESPONSE_BYTES = 64 << 10
+"""A request computed on the event loop must also have a small answer (serializing it is loop time too)."""
 
 JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -137,7 +141,8 @@ async def read_body(request: Request, *, json_only: bool = True) -> bytes:
     ``json_only`` (the default, every /v1 route): the Content-Type must be JSON
     (:func:`require_json`, a 415 before the body is read). The inflated body is
     capped like the body on the wire, by the setting ``max_body_bytes`` (413
-    past it); large bodies are inflated in a worker thread, off the event loop.
+    past it); compressed bodies are inflated in a worker thread, off the event
+    loop, whatever their size.
     """
     if json_only:
         require_json(request)
@@ -147,38 +152,87 @@ async def read_body(request: Request, *, json_only: bool = True) -> bytes:
         return body
     runtime = getattr(request.app.state, "runtime", None)
     cap = getattr(getattr(runtime, "settings", None), "max_body_bytes", DEFAULT_MAX_BODY_BYTES)
-    if len(body) <= _INLINE_INFLATE_BYTES:
-        return inflate(body, encoding, cap)
+    # Always off the loop: a few KB of gzip can inflate to megabytes (up to the cap).
     return await run_in_threadpool(inflate, body, encoding, cap)
 
 
-async def run_cpu(request: Request, body_size: int, fn: Callable[..., T], *args: Any) -> T:
-    """Run a request's CPU work: in the thread pool, off the event loop, unless the body is tiny.
+class CostlyForTheLoop(BaseException):
+    """Raised by :func:`check_inline` in work started on the event loop that turns out costly.
 
-    A body of at most ``inline_max_body_bytes`` (setting) holds so few numbers
-    that its work costs less than the hop to a worker thread and back (tens of
-    microseconds on an idle machine, several hundred on a busy one), so it runs
-    on the event loop.
+    A BaseException so that no ``except Exception`` in a handler turns it into an error answer:
+    :func:`run_cpu` catches it and runs the work again in a worker thread.
+    """
+
+
+_INLINE_LIMITS: ContextVar[tuple[float, int] | None] = ContextVar("inline_limits", default=None)
+
+
+def check_inline(flops: float, response_bytes: int) -> None:
+    """Stop work on the event loop that is not cheap (:func:`run_cpu` moves it to a thread).
+
+    Called with a request's work estimate (:func:`service.api.budget.enforce` does); a no-op for
+    work already in a worker thread.
+    """
+    limits = _INLINE_LIMITS.get()
+    if limits is not None and (flops > limits[0] or response_bytes > limits[1]):
+        raise CostlyForTheLoop
+
+
+async def run_cpu(request: Request, body_size: int, fn: Callable[..., T], *args: Any) -> T:
+    """Run a request's CPU work: on the event loop when it is cheap, else in the thread pool holding a
+    compute slot of the admission (``app.state.admission``; 503 when none comes in time).
+
+    Cheap means both a small body (at most ``inline_max_body_bytes``, so parsing is cheap) and a small
+    work estimate (at most ``inline_max_work_flops`` and an answer of at most 64 KiB, checked by
+    :func:`check_inline` from the budget check, after parsing and before computing): such work costs
+    less than the hop to a worker thread and back. Work found costly is run again in a thread; by body
+    size alone, a 2 KB request can hold the loop for tens of milliseconds (bisection entmax over a
+    long key axis).
 
     The work runs under a lease of the process-wide memory budget
     (:mod:`service.api.memory`): the body's bytes first, then what
     ``budget.enforce`` reserves once the shapes are known; all of it is given
     back when the work ends. Work on the event loop never waits for room.
     """
-    runtime = getattr(request.app.state, "runtime", None)
+    state = request.app.state
+    runtime = getattr(state, "runtime", None)
     settings = getattr(runtime, "settings", None)
     memory = getattr(runtime, "memory", None)
-    inline = body_size <= getattr(settings, "inline_max_body_bytes", 0)
 
-    def work() -> T:
+    def work(inline: bool) -> T:
         with leased(memory, wait=not inline) as lease:
             if lease is not None:
                 lease.reserve(body_size)
             return fn(*args)
 
-    if inline:
-        return work()
-    return await run_in_threadpool(work)
+    if body_size <= getattr(settings, "inline_max_body_bytes", 0):
+        token = _INLINE_LIMITS.set((getattr(settings, "inline_max_work_flops", 0.0), INLINE_MAX_RESPONSE_BYTES))
+        try:
+            return work(True)
+        except CostlyForTheLoop:
+            pass
+        finally:
+            _INLINE_LIMITS.reset(token)
+    admission = getattr(state, "admission", None)
+    if admission is None:
+        return await run_in_threadpool(work, False)
+    metrics = getattr(state, "metrics", None)
+    from service.middleware.limits import Overloaded  # the middleware package imports this module
+
+    try:
+        async with admission.computing() as waited:
+            if metrics is not None:
+                metrics.queue_wait.observe(waited)
+            return await run_in_threadpool(work, False)
+    except Overloaded as exc:
+        if metrics is not None:
+            metrics.rejected.labels(exc.reason).inc()
+        raise HTTPException(
+            503,
+            f"no compute slot became free within {admission.gate.queue_timeout_s:g} s; "
+            f"retry after {exc.retry_after_s} s",
+            headers={"Retry-After": str(exc.retry_after_s)},
+        ) from None
 
 
 def json_error(body: bytes, exc: orjson.JSONDecodeError) -> ProblemError:

@@ -1,23 +1,13 @@
-"""Production hardening: limits, backpressure, authentication, security headers, metrics and logs.
+"""Production hardening: limits, admission, authentication, security headers, metrics and logs.
 
-:func:`install_hardening` wires everything into an app. The middleware, from
-the outside in (the first sees the request first and the response last):
-
-1. ``SecurityHeadersMiddleware``: outermost, so every answer, the 500s and
-   the middleware's own refusals included, carries the security headers.
-2. ``RequestContextMiddleware``: request id, access log, request metrics and
-   the 500 answer; outside every refusal so each one is logged and counted.
-3. ``CorsMiddleware`` (only with ``ATTN_CORS_ALLOW_ORIGINS``): preflights are
-   answered before authentication and admission (browsers send them without
-   credentials), and 401/413/503 answers still carry the CORS headers a
-   browser needs to read them.
-4. ``ApiKeyMiddleware`` (only with ``ATTN_API_KEYS``): strangers are refused
-   before they cost a slot or a body read.
-5. ``BodySizeLimitMiddleware``: an oversized ``Content-Length`` is refused
-   before queueing; streamed bodies are counted as the route reads them.
-6. ``DeadlineMiddleware``: the time limit covers the queue wait and the work.
-7. ``AdmissionMiddleware``: innermost, so a slot is held exactly while the app
-   works, including work past its deadline (see ``DeadlineMiddleware``).
+:func:`install_hardening` wires everything into an app: one pure-ASGI layer
+(:class:`~service.middleware.layer.ServiceMiddleware`: request id, access log,
+metrics, security headers, API keys, body limits, admission by expected wait,
+deadline, and the 499/500 answers), with Starlette's CORS inside it when
+``ATTN_CORS_ALLOW_ORIGINS`` is set, and the admission's compute slots in
+``app.state.admission`` for :func:`service.api.wire.run_cpu`. The limits of the
+connection itself (header size and time, idle keep-alive, send timeout) are
+the server's: see :mod:`service.middleware.protocol`.
 """
 
 from __future__ import annotations
@@ -31,11 +21,9 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from service.middleware.base import OPERATIONAL_PATHS
-from service.middleware.context import RequestContextMiddleware
-from service.middleware.limits import AdmissionGate, AdmissionMiddleware, BodySizeLimitMiddleware, DeadlineMiddleware
+from service.middleware.layer import Limits, ServiceMiddleware
+from service.middleware.limits import Admission
 from service.middleware.openapi import document_error_responses
-from service.middleware.security import ApiKeyMiddleware, CorsMiddleware, SecurityHeadersMiddleware
 from service.observability.metrics import CONTENT_TYPE, ServiceMetrics, TimedDispatcher, multiprocess_enabled
 from service.settings import Settings
 
@@ -80,37 +68,39 @@ def install_hardening(app: FastAPI, settings: Settings) -> ServiceMetrics:
         },
     )
 
-    # add_middleware puts each new middleware outside the ones before it: innermost first.
-    gate = AdmissionGate(
-        settings.max_concurrent_requests,
-        settings.max_queued_requests,
-        settings.queue_timeout_s,
+    admission = Admission(
+        slots=settings.max_concurrent_requests,
+        max_queue=settings.max_queued_requests,
+        target_wait_s=min(settings.queue_target_s, settings.queue_timeout_s),
+        queue_timeout_s=settings.queue_timeout_s,
+        min_retry_after_s=settings.retry_after_s,
         on_change=metrics.set_admission,
     )
-    app.add_middleware(
-        AdmissionMiddleware,
-        gate=gate,
-        exempt=OPERATIONAL_PATHS,
-        retry_after_s=settings.retry_after_s,
-        metrics=metrics,
-        debug_delay_s=settings.debug_delay_s,
-    )
-    app.add_middleware(DeadlineMiddleware, timeout_s=settings.request_timeout_s, metrics=metrics)
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, metrics=metrics)
-    if settings.api_keys:
-        keys = [key.get_secret_value() for key in settings.api_keys]
-        app.add_middleware(ApiKeyMiddleware, keys=keys, exempt=settings.auth_exempt_paths, metrics=metrics)
+    app.state.admission = admission
+    cors = None
     if settings.cors_allow_origins:
-        app.add_middleware(
-            CorsMiddleware,
-            allow_origins=settings.cors_allow_origins,
-            allow_credentials=settings.cors_allow_credentials,
-            allow_methods=["GET", "POST"],
-            allow_headers=CORS_HEADERS,
-            expose_headers=["X-Request-ID", "Retry-After"],
-        )
-    app.add_middleware(RequestContextMiddleware, metrics=metrics)
-    app.add_middleware(SecurityHeadersMiddleware)
+        cors = {
+            "allow_origins": settings.cors_allow_origins,
+            "allow_credentials": settings.cors_allow_credentials,
+            "allow_methods": ["GET", "POST"],
+            "allow_headers": CORS_HEADERS,
+            "expose_headers": ["X-Request-ID", "Retry-After"],
+        }
+    app.add_middleware(
+        ServiceMiddleware,
+        metrics=metrics,
+        admission=admission,
+        limits=Limits(
+            max_body_bytes=settings.max_body_bytes,
+            request_timeout_s=settings.request_timeout_s,
+            body_timeout_s=settings.body_timeout_s,
+            min_upload_bytes_per_s=settings.min_upload_bytes_per_s,
+            debug_delay_s=settings.debug_delay_s,
+        ),
+        api_keys=[key.get_secret_value() for key in settings.api_keys] if settings.api_keys else None,
+        auth_exempt=settings.auth_exempt_paths,
+        cors=cors,
+    )
 
     _close_metrics_at_shutdown(app, metrics)
     document_error_responses(app, settings)

@@ -1,143 +1,42 @@
-"""Limits enforced before and around the routes: body size (413), deadline (504), admission (503).
+"""Admission: who gets in (decided from the headers, by expected wait) and who computes (a few slots).
 
-All three are pure ASGI middleware (no ``BaseHTTPMiddleware``): they wrap
-``receive``/``send`` and never buffer a body themselves.
+Two separate bounds, so that uploads never hold the CPU's slots:
+
+- :class:`Admission` decides, before the body is read, whether a request is
+  taken at all. It is admitted while its expected wait for a compute slot
+  (requests ahead of it x recent service time per slot) stays under a target
+  and the requests waiting stay under a count; otherwise it gets 503 at once.
+- :class:`AdmissionGate` holds the compute slots: at most ``limit`` requests
+  do CPU work at once (:func:`service.api.wire.run_cpu` takes a slot around
+  the thread-pool work); the others wait in FIFO order for at most
+  ``queue_timeout_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
+import math
 import time
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
-from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from service.api.errors import app_path
-from service.middleware.base import header, send_error
-from service.observability.metrics import ServiceMetrics
-
-logger = logging.getLogger("service.limits")
-
-
-class BodyTooLarge(HTTPException):
-    """Raised from ``receive`` once a streamed body passes the limit.
-
-    An HTTPException so that the app's handler answers it (FastAPI re-raises
-    HTTPExceptions met while reading a body instead of turning them into 400s).
-    """
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(413, detail)
-
-
-class BodySizeLimitMiddleware:
-    """413 for a body over ``max_bytes``: at once from ``Content-Length``, or as soon as a streamed
-    (chunked) body passes the limit, so an oversized body is never read in full.
-
-    The connection is kept open: the server discards the rest of the upload as it arrives (no
-    buffering), and the client can read its 413. Closing at once would reset the connection under a
-    client still sending, and the reset can destroy the answer before the client reads it.
-    """
-
-    def __init__(self, app: ASGIApp, max_bytes: int, metrics: ServiceMetrics) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-        self.metrics = metrics
-        self.detail = f"the request body is larger than the limit of {max_bytes} bytes"
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            self.metrics.rejected.labels("body_too_large").inc()
-            await send_error(scope, receive, send, 413, self.detail)
-            return
-        received = 0
-
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    self.metrics.rejected.labels("body_too_large").inc()
-                    raise BodyTooLarge(self.detail)
-            return message
-
-        await self.app(scope, limited_receive, send)
-
-
-class DeadlineMiddleware:
-    """504 when a request is not answered within ``timeout_s``.
-
-    A timer answers 504 at the deadline, from a task of its own, even while the
-    request's work goes on: a worker thread cannot be interrupted, and
-    cancelling the request would only abandon its thread. The work is left to
-    finish and its late answer is dropped. Since the admission gate sits inside
-    this middleware, work that outlives its deadline keeps its slot until it
-    really ends: abandoned threads cannot pile up past ``max_concurrent_requests``.
-    (A timer rather than a task per request: this is on every request's path.)
-    """
-
-    def __init__(self, app: ASGIApp, timeout_s: float, metrics: ServiceMetrics) -> None:
-        self.app = app
-        self.timeout_s = timeout_s
-        self.metrics = metrics
-        self.detail = (
-            f"the request was not answered within the limit of {timeout_s:g} s; send a smaller request or retry later"
-        )
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-        answer_504: asyncio.Task[None] | None = None
-
-        async def guarded_send(message: Message) -> None:
-            nonlocal started
-            if answer_504 is not None:
-                return  # the 504 has been sent: the late answer is dropped
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        def on_deadline() -> None:
-            nonlocal answer_504
-            if started:
-                return  # the answer is on its way
-            self.metrics.rejected.labels("deadline").inc()
-            answer_504 = asyncio.get_running_loop().create_task(send_error(scope, receive, send, 504, self.detail))
-
-        timer = asyncio.get_running_loop().call_later(self.timeout_s, on_deadline)
-        try:
-            await self.app(scope, receive, guarded_send)
-        except Exception:
-            if answer_504 is None:
-                raise
-            logger.warning("work abandoned at its deadline failed afterwards", exc_info=True)
-        finally:
-            timer.cancel()
-            if answer_504 is not None:
-                await answer_504  # the server must not see this request end before its 504 is out
+EWMA_WEIGHT = 0.2
+"""Weight of the newest service time in the moving average (about the last 5 requests count)."""
 
 
 class Overloaded(Exception):
-    """No slot and no room (``queue_full``) or no slot in time (``queue_timeout``)."""
+    """No room (``queue_full``, ``queue_wait``) or no compute slot in time (``queue_timeout``)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, retry_after_s: int = 1) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.retry_after_s = retry_after_s
 
 
 class AdmissionGate:
     """At most ``limit`` holders at once; up to ``max_queue`` more wait in FIFO order, each for at
-    most ``queue_timeout_s``. Runs on one event loop (no locks needed).
-    """
+    most ``queue_timeout_s``. Runs on one event loop (no locks needed)."""
 
     def __init__(
         self, limit: int, max_queue: int, queue_timeout_s: float, on_change: Callable[[int, int], None] | None = None
@@ -193,51 +92,77 @@ class AdmissionGate:
         self._on_change(self.active, self.queued)
 
 
-class AdmissionMiddleware:
-    """Bounds the requests in flight: past ``limit`` running and ``max_queue`` waiting, or after
-    ``queue_timeout_s`` in the queue, the answer is 503 with ``Retry-After`` at once instead of
-    ever-growing latency. ``exempt`` paths (probes, metrics) are never queued.
+class Admission:
+    """Admission by expected wait, decided from the headers, plus the compute slots.
+
+    ``admitted`` counts the requests taken and not yet finished: uploading, waiting for a slot,
+    computing, or writing their answer. A newcomer would have ``admitted + 1 - slots`` requests
+    ahead of it beyond the slots; it is refused when that count passes ``max_queue`` or when its
+    expected wait, ``ahead x service time / slots``, passes ``target_wait_s``. The service time is
+    a moving average of how long requests held a compute slot (0 until the first one finished, so a
+    cold server admits by count alone). ``Retry-After`` on a refusal is the expected wait, rounded
+    up, at least ``min_retry_after_s``.
     """
 
     def __init__(
         self,
-        app: ASGIApp,
-        gate: AdmissionGate,
-        exempt: Collection[str],
-        retry_after_s: int,
-        metrics: ServiceMetrics,
-        debug_delay_s: float = 0.0,
+        slots: int,
+        max_queue: int,
+        target_wait_s: float,
+        queue_timeout_s: float,
+        min_retry_after_s: int = 1,
+        on_change: Callable[[int, int], None] | None = None,
     ) -> None:
-        self.app = app
-        self.gate = gate
-        self.exempt = frozenset(exempt)
-        self.retry_after = str(retry_after_s)
-        self.metrics = metrics
-        self.debug_delay_s = debug_delay_s
+        self.slots = slots
+        self.max_queue = max_queue
+        self.target_wait_s = target_wait_s
+        self.min_retry_after_s = min_retry_after_s
+        # Everyone admitted may wait for a slot: the count is bounded by admission, not by the gate.
+        self.gate = AdmissionGate(slots, 1 << 30, queue_timeout_s, on_change)
+        self.admitted = 0
+        self.service_s = 0.0
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or app_path(scope) in self.exempt:
-            await self.app(scope, receive, send)
-            return
+    def expected_wait_s(self, extra: int = 1) -> float:
+        """Expected wait for a slot of a request arriving now (``extra`` = 1) or of the last one admitted (0)."""
+        ahead = self.admitted + extra - self.slots
+        return ahead * self.service_s / self.slots if ahead > 0 else 0.0
+
+    def retry_after_s(self) -> int:
+        return max(self.min_retry_after_s, math.ceil(self.expected_wait_s()))
+
+    def admit(self) -> None:
+        """Count a request in, or raise :class:`Overloaded` (``queue_full`` or ``queue_wait``)."""
+        ahead = self.admitted + 1 - self.slots
+        if ahead > 0:
+            if ahead > self.max_queue:
+                raise Overloaded("queue_full", self.retry_after_s())
+            if ahead * self.service_s / self.slots > self.target_wait_s:
+                raise Overloaded("queue_wait", self.retry_after_s())
+        self.admitted += 1
+
+    def leave(self) -> None:
+        """The admitted request has ended."""
+        self.admitted -= 1
+
+    def record_service(self, seconds: float) -> None:
+        """A request held a compute slot this long."""
+        self.service_s = seconds if self.service_s == 0.0 else self.service_s + EWMA_WEIGHT * (seconds - self.service_s)
+
+    @asynccontextmanager
+    async def computing(self) -> AsyncIterator[float]:
+        """Hold a compute slot (waiting in FIFO order for one); yields the seconds waited.
+
+        Raises :class:`Overloaded` (``queue_timeout``) when no slot comes in time.
+        """
         t0 = time.perf_counter()
         try:
             await self.gate.acquire()
         except Overloaded as exc:
-            self.metrics.rejected.labels(exc.reason).inc()
-            await send_error(
-                scope,
-                receive,
-                send,
-                503,
-                f"the server is at capacity ({self.gate.limit} requests in flight, {self.gate.queued} waiting); "
-                f"retry after {self.retry_after} s",
-                headers={"Retry-After": self.retry_after},
-            )
-            return
-        self.metrics.queue_wait.observe(time.perf_counter() - t0)
+            exc.retry_after_s = self.retry_after_s()
+            raise
+        t1 = time.perf_counter()
         try:
-            if self.debug_delay_s:
-                await asyncio.sleep(self.debug_delay_s)
-            await self.app(scope, receive, send)
+            yield t1 - t0
         finally:
             self.gate.release()
+            self.record_service(time.perf_counter() - t1)

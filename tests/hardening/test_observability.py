@@ -12,7 +12,7 @@ from tests.hardening.conftest import ATTENTION, SOFTMAX, client_for, metric_valu
 
 
 def test_metrics_count_requests_by_route_template_and_status_and_time_the_engine() -> None:
-    with client_for() as c:
+    with client_for(inline_max_body_bytes=0) as c:  # all work in the thread pool, so each waits for a compute slot
         assert c.post("/v1/attention", json=ATTENTION).status_code == 200
         assert c.post("/v1/attention", json={"query": "nope"}).status_code == 422
         assert c.post("/v1/softmax", json=SOFTMAX).status_code == 200
@@ -38,7 +38,15 @@ def test_metrics_count_requests_by_route_template_and_status_and_time_the_engine
         == 1
     )
     assert metric_value(text, "attn_http_queue_wait_seconds_count") >= 3
-    for reason in ("unauthorized", "body_too_large", "queue_full", "queue_timeout", "deadline"):
+    for reason in (
+        "unauthorized",
+        "body_too_large",
+        "body_timeout",
+        "queue_full",
+        "queue_wait",
+        "queue_timeout",
+        "deadline",
+    ):
         assert f'attn_http_requests_rejected_total{{reason="{reason}"}}' in text
     assert "attn_http_requests_in_flight 0.0" in text and "process_resident_memory_bytes" in text
 

@@ -1,0 +1,155 @@
+"""The HTTP/1.1 connection limits uvicorn's httptools protocol lacks: header size and time, send timeout.
+
+``python -m service serve`` runs uvicorn with ``http=`` this protocol (uvloop
+and httptools, as before). uvicorn (0.54) bounds a connection only by
+``timeout_keep_alive`` (idle time *after* an answer: used for
+``ATTN_KEEP_ALIVE_TIMEOUT_S``); with httptools it has no limit on the size of
+the headers (``h11_max_incomplete_event_size`` exists for its h11 protocol
+only, which is several times slower), no time limit on a connection that
+sends nothing or trickles its headers, and no limit on how long a client may
+leave its answer unread (the answer stays in the transport's buffer as long
+as the client keeps the connection open). So this subclass adds:
+
+- **431** when the request line and headers pass ``ATTN_MAX_HEADER_BYTES``
+  (counted as they arrive, before the parser buffers them), then closes;
+- **header timeout**: a connection must send a request's complete headers
+  within ``ATTN_HEADER_TIMEOUT_S`` of opening (or of the request's first byte,
+  on a kept-alive connection), else it is closed;
+- **send timeout**: while writing is paused (the transport's buffer is above
+  its high-water mark), a client that takes no byte of its answer for
+  ``ATTN_SEND_TIMEOUT_S`` is disconnected (abort: the buffered answer is
+  freed); a client reading slowly keeps its connection.
+
+Body time limits (408) are the middleware's (:mod:`service.middleware.layer`),
+since the app is the one waiting for the body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from service.api.errors import PROBLEM_MEDIA_TYPE, PROBLEM_TYPE_BASE
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    max_header_bytes: int
+    header_timeout_s: float
+    send_timeout_s: float
+
+
+@functools.cache
+def connection_limits() -> ConnectionLimits:
+    """The limits of this process, from the ``ATTN_*`` environment (read once per worker)."""
+    from service.settings import Settings
+
+    s = Settings()
+    return ConnectionLimits(s.max_header_bytes, s.header_timeout_s, s.send_timeout_s)
+
+
+def _response_431(limit: int) -> bytes:
+    body = (
+        '{"type":"' + PROBLEM_TYPE_BASE + 'headers-too-large","title":"Request header fields too large",'
+        '"status":431,"detail":"the request line and headers are larger than the limit of ' + str(limit) + ' bytes"}'
+    ).encode()
+    return (
+        b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: "
+        + PROBLEM_MEDIA_TYPE.encode()
+        + b"\r\ncontent-length: "
+        + str(len(body)).encode()
+        + b"\r\nconnection: close\r\n\r\n"
+        + body
+    )
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with header-size, header-time and send-time limits (module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        limits = connection_limits()
+        self._max_header_bytes = limits.max_header_bytes
+        self._header_timeout_s = limits.header_timeout_s
+        self._send_timeout_s = limits.send_timeout_s
+        self._in_headers = True
+        self._header_bytes = 0
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._buffered = 0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._in_headers and not self.transport.is_closing():
+            self._header_bytes += len(data)
+            if self._header_bytes > self._max_header_bytes:
+                self.transport.write(_response_431(self._max_header_bytes))
+                self.transport.close()
+                self._cancel_timers()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_headers = True
+        self._header_bytes = 0
+        if self._header_timer is None:  # the next request on a kept-alive connection
+            self._arm_header_timer()
+
+    def on_headers_complete(self) -> None:
+        self._in_headers = False
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+        super().on_headers_complete()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_timer is None:
+            self._buffered = self.transport.get_write_buffer_size()
+            self._send_timer = self.loop.call_later(self._send_timeout_s, self._on_send_timeout)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _arm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+        self._header_timer = self.loop.call_later(self._header_timeout_s, self._on_header_timeout)
+
+    def _on_header_timeout(self) -> None:
+        self._header_timer = None
+        if self._in_headers and not self.transport.is_closing():
+            self.transport.close()
+
+    def _on_send_timeout(self) -> None:
+        """No byte of the answer was taken by the client for the send timeout: drop the connection and
+        what it buffered. A client that reads, however slowly, keeps its connection."""
+        buffered = self.transport.get_write_buffer_size()
+        if buffered < self._buffered:
+            self._buffered = buffered
+            self._send_timer = self.loop.call_later(self._send_timeout_s, self._on_send_timeout)
+            return
+        self._send_timer = None
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True
+        self.transport.abort()
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._header_timer, self._send_timer):
+            if timer is not None:
+                timer.cancel()
+        self._header_timer = self._send_timer = None
