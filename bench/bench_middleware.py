@@ -52,7 +52,8 @@ def scope(method: str, path: str, body: bytes) -> dict[str, Any]:
 
 async def timed(apps: list[Any], method: str, path: str, body: bytes, n: int) -> list[float]:
     """Median microseconds of one request for each app, over ``n`` each, in interleaved batches of 100
-    (so that the load of a shared machine falls on both alike)."""
+    (so that the load of a shared machine falls on both alike).
+    """
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": body, "more_body": False}
@@ -66,7 +67,7 @@ async def timed(apps: list[Any], method: str, path: str, body: bytes, n: int) ->
 
     batches: list[list[float]] = [[] for _ in apps]
     for _ in range(n // 100):
-        for app, times in zip(apps, batches):
+        for app, times in zip(apps, batches, strict=True):
             t0 = time.perf_counter()
             for _ in range(100):
                 await app(scope(method, path, body), receive, send)

@@ -170,7 +170,7 @@ _INLINE_LIMITS: ContextVar[tuple[float, int] | None] = ContextVar("inline_limits
 def check_inline(flops: float, response_bytes: int) -> None:
     """Stop work on the event loop that is not cheap (:func:`run_cpu` moves it to a thread).
 
-    Called with a request's work estimate (:func:`service.api.budget.enforce` does); a no-op for
+    Called with a request's work estimate (:func:`service.api.budget.check` does); a no-op for
     work already in a worker thread.
     """
     limits = _INLINE_LIMITS.get()

@@ -36,7 +36,8 @@ class Overloaded(Exception):
 
 class AdmissionGate:
     """At most ``limit`` holders at once; up to ``max_queue`` more wait in FIFO order, each for at
-    most ``queue_timeout_s``. Runs on one event loop (no locks needed)."""
+    most ``queue_timeout_s``. Runs on one event loop (no locks needed).
+    """
 
     def __init__(
         self, limit: int, max_queue: int, queue_timeout_s: float, on_change: Callable[[int, int], None] | None = None

@@ -137,7 +137,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _on_send_timeout(self) -> None:
         """No byte of the answer was taken by the client for the send timeout: drop the connection and
-        what it buffered. A client that reads, however slowly, keeps its connection."""
+        what it buffered. A client that reads, however slowly, keeps its connection.
+        """
         buffered = self.transport.get_write_buffer_size()
         if buffered < self._buffered:
             self._buffered = buffered

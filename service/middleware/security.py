@@ -1,4 +1,4 @@
-"""Security parts of the middleware layer: API keys, security headers, and CORS answering in the service's error format."""
+"""Security parts of the middleware layer: API keys, security headers, CORS answering in the service's format."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ class CorsMiddleware(CORSMiddleware):
                 if response.status_code >= 400:
                     kept = {k: v for k, v in response.headers.items() if k not in ("content-length", "content-type")}
                     response = error_response(
-                        app_path(scope), response.status_code, response.body.decode(), headers=kept
+                        app_path(scope), response.status_code, bytes(response.body).decode(), headers=kept
                     )
                 await response(scope, receive, send)
                 return

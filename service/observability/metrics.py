@@ -55,7 +55,15 @@ V1_MODELS = {
 V2_MODEL_ROUTE = "/v2/models/{model_name}"
 OTHER_MODEL = "other"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-REJECT_REASONS = ("unauthorized", "body_too_large", "body_timeout", "queue_full", "queue_wait", "queue_timeout", "deadline")
+REJECT_REASONS = (
+    "unauthorized",
+    "body_too_large",
+    "body_timeout",
+    "queue_full",
+    "queue_wait",
+    "queue_timeout",
+    "deadline",
+)
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 

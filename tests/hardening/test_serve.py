@@ -4,92 +4,18 @@ refusal to start on unsafe settings, and metrics merged across worker processes.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.hardening.conftest import SOFTMAX, metric_value, needs_promtool, promtool_check
+from tests.hardening.conftest import ROOT, SOFTMAX, metric_value, needs_promtool, promtool_check
 
 pytestmark = pytest.mark.slow  # each test starts a live server
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LiveServer:
-    """``python -m service serve`` in a subprocess on a free port, with ATTN_* settings from ``env``."""
-
-    def __init__(self, env: dict[str, str], tmp_path: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = tmp_path / f"server-{self.port}.log"
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTN_", "PROMETHEUS_"))}
-        full_env.update({"ATTN_ENABLE_ONNX": "false", "ATTN_PORT": str(self.port), **env})
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 -- open for the server's life; stop() closes it
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "serve"],
-            cwd=ROOT,
-            env=full_env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def wait_ready(self, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"server not ready in {timeout_s} s:\n{self.log()}")
-
-    def terminate(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._log.close()
-
-
-@pytest.fixture
-def live_server(tmp_path: Path) -> Iterator[Any]:
-    """A factory: ``live_server(env)`` starts a server and waits until it is ready."""
-    servers: list[LiveServer] = []
-
-    def start(env: dict[str, str] | None = None) -> LiveServer:
-        server = LiveServer(env or {}, tmp_path)
-        servers.append(server)
-        server.wait_ready()
-        return server
-
-    yield start
-    for server in servers:
-        server.close()
 
 
 def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(live_server) -> None:  # type: ignore[no-untyped-def]

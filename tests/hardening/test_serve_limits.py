@@ -1,7 +1,8 @@
 """Each connection and admission limit provoked on a live ``python -m service serve`` (raw sockets where the
 client must misbehave): slow body (408), big headers (431), silent and idle connections closed, a client
 that stops reading disconnected, refusal at the headers (503 + Connection: close, body never read),
-costly small bodies kept off the event loop, and a client gone mid-upload logged as 499."""
+costly small bodies kept off the event loop, and a client gone mid-upload logged as 499.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import orjson
 import pytest
 
 from tests.hardening.conftest import ATTENTION, metric_value
-from tests.hardening.test_serve import live_server  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow  # each test starts a live server
 
@@ -171,9 +171,11 @@ def test_a_client_that_stops_reading_is_disconnected(live_server) -> None:  # ty
     assert time.monotonic() - t0 < 40
 
 
-def test_refused_at_the_headers_with_connection_close_and_the_body_never_read(live_server) -> None:  # type: ignore[no-untyped-def]
+def test_refused_at_the_headers_with_connection_close_body_unread(live_server) -> None:  # type: ignore[no-untyped-def]
     # One compute slot, no queue, and every admitted request takes 3 s (test setting).
-    server = live_server({"ATTN_MAX_CONCURRENT_REQUESTS": "1", "ATTN_MAX_QUEUED_REQUESTS": "0", "ATTN_DEBUG_DELAY_S": "3"})
+    server = live_server(
+        {"ATTN_MAX_CONCURRENT_REQUESTS": "1", "ATTN_MAX_QUEUED_REQUESTS": "0", "ATTN_DEBUG_DELAY_S": "3"}
+    )
     holder = threading.Thread(
         target=lambda: httpx.post(server.url + "/v1/attention", json=ATTENTION, timeout=30), daemon=True
     )
@@ -194,7 +196,8 @@ def test_refused_at_the_headers_with_connection_close_and_the_body_never_read(li
 
 def test_a_costly_small_body_does_not_block_the_event_loop(live_server) -> None:  # type: ignore[no-untyped-def]
     """A ~2 KB request whose work is ~40 ms (bisection entmax over 160 keys for 330 queries) runs in a
-    worker thread: /healthz keeps answering while several such requests are computed."""
+    worker thread: /healthz keeps answering while several such requests are computed.
+    """
     server = live_server()
     rng = np.random.default_rng(0)
     enc = lambda a: {"shape": list(a.shape), "dtype": "float16", "b64": base64.b64encode(a.tobytes()).decode()}  # noqa: E731
