@@ -251,6 +251,7 @@ class _Exchange:
         "recorded",
         "request_id",
         "scope",
+        "sent",
         "started",
         "status",
         "t0",
@@ -288,6 +289,7 @@ class _Exchange:
         self.status: int | None = None
         self.recorded = False
         self.received = 0
+        self.sent = 0
         self.body_done = not self.has_body
         self.body_t0 = 0.0
         self.answer_504: asyncio.Task[None] | None = None
@@ -341,6 +343,8 @@ class _Exchange:
             if not self.body_done and status in CLOSE_WHEN_UNREAD and b"connection" not in present:
                 headers.append(CONNECTION_CLOSE)
             message["headers"] = headers
+        else:
+            self.sent += len(message.get("body", b""))
         await self._send(message)
         if message["type"] == "http.response.body" and not message.get("more_body", False) and not self.recorded:
             self.record()  # at the answer, not later: work abandoned at its deadline may go on after its 504
@@ -367,7 +371,15 @@ class _Exchange:
         seconds = time.perf_counter() - self.t0
         status = NO_RESPONSE if self.status is None else self.status
         scope = self.scope
-        self.mw.metrics.observe_request(scope["method"], self.mw.route_template(scope), status, seconds)
+        self.mw.metrics.observe_request(
+            scope["method"],
+            self.mw.route_template(scope),
+            status,
+            seconds,
+            path=self.path,
+            request_bytes=self.received if self.has_body else None,
+            response_bytes=self.sent,
+        )
         if access_log.isEnabledFor(logging.INFO):
             client = scope.get("client")
             access_log.info(

@@ -26,6 +26,11 @@ def test_metrics_count_requests_by_route_template_and_status_and_time_the_engine
     assert metric_value(text, "attn_http_requests_total", method="GET", route="<unmatched>", status="404") == 1
     assert "/definitely" not in text and "some-model" not in text  # templates, never raw paths
     assert metric_value(text, "attn_http_request_duration_seconds_count", method="POST", route="/v1/softmax") == 1
+    # body sizes from the middleware: the bytes read from the wire and the bytes sent
+    body = len(orjson.dumps(SOFTMAX))
+    assert metric_value(text, "attn_http_request_size_bytes_count", route="/v1/softmax") == 1
+    assert metric_value(text, "attn_http_request_size_bytes_sum", route="/v1/softmax") == body
+    assert metric_value(text, "attn_http_response_size_bytes_sum", route="/v1/softmax") > 0
     assert (
         metric_value(
             text,
