@@ -21,8 +21,11 @@ import httpx
 import pytest
 from prometheus_client.mmap_dict import MmapedDict
 
-from tests.hardening.conftest import SOFTMAX, metric_value
-from tests.hardening.test_serve import live_server  # noqa: F401 -- the fixture, shared with the serve tests
+from tests.hardening.conftest import (
+    SOFTMAX,
+    live_server,  # noqa: F401 -- the fixture, shared with the serve tests
+    metric_value,
+)
 
 pytestmark = pytest.mark.slow  # starts a live server
 
