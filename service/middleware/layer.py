@@ -208,8 +208,17 @@ class ServiceMiddleware:
         exchange.deadline_send = send
         timer = asyncio.get_running_loop().call_later(self.limits.request_timeout_s, exchange.on_deadline)
         try:
-            if delay_s:  # ATTN_DEBUG_DELAY_S (tests only): an admitted request that takes this long
-                await asyncio.sleep(delay_s)
+            if delay_s:  # ATTN_DEBUG_DELAY_S (tests only): work that holds a compute slot this long
+                try:
+                    async with self.admission.computing():
+                        await asyncio.sleep(delay_s)
+                except Overloaded as exc:
+                    self.metrics.rejected.labels(exc.reason).inc()
+                    retry = str(exc.retry_after_s)
+                    await send_error(
+                        scope, receive, exchange.guarded_send, 503, f"retry after {retry} s", {"Retry-After": retry}
+                    )
+                    return
             await self.app(scope, receive, exchange.guarded_send)
         except Exception:
             if exchange.answer_504 is None:
