@@ -202,3 +202,29 @@ def test_page_headers_and_keyboard_reach(page_server: LiveServer, page: Any) -> 
         "top-k",
         "calib-run",
     } <= reached
+
+
+def test_docs_and_redoc_render_offline(browser: Any, page_server: LiveServer, shots: Path) -> None:
+    """Swagger UI and ReDoc draw the schema from this server's assets alone, under their CSP."""
+    for path, ready in (("/docs", '[data-path="/v1/attention"]'), ("/redoc", "text=Compute attention")):
+        pg = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        outside: list[str] = []
+        pg.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
+        pg.on("console", lambda msg, errors=errors: errors.append(msg.text) if msg.type == "error" else None)
+        pg.on(
+            "request",
+            lambda req, outside=outside: (
+                None if req.url.startswith((page_server.url, "data:", "blob:")) else outside.append(req.url)
+            ),
+        )
+        pg.goto(page_server.url + path)
+        pg.wait_for_selector(ready, state="attached", timeout=30_000)
+        assert pg.locator("a[href='/']").count() >= 1  # the description links the playground
+        if path == "/docs":
+            pg.screenshot(path=str(shots / "docs.png"))
+        # ReDoc's footer asks for Redocly's logo from its CDN; the page's policy refuses it (nothing leaves).
+        refused = [e for e in errors if "violates the following Content Security Policy" in e]
+        assert [e for e in errors if e not in refused] == [], errors
+        assert all("cdn.redoc.ly" in url for url in outside) and len(refused) == len(outside), (outside, refused)
+        pg.close()
