@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
+from service.api.v2 import MODELS
 from service.middleware.layer import Limits, ServiceMiddleware
 from service.middleware.limits import Admission
 from service.middleware.openapi import document_error_responses
@@ -45,7 +46,7 @@ def install_hardening(app: FastAPI, settings: Settings) -> ServiceMetrics:
         )
     if settings.debug_delay_s:
         logger.warning("ATTN_DEBUG_DELAY_S=%s: every request is slowed down (test setting)", settings.debug_delay_s)
-    metrics = ServiceMetrics()
+    metrics = ServiceMetrics(models=MODELS)  # the model label: these names, else "other"
     runtime = app.state.runtime
     runtime.dispatcher = TimedDispatcher(runtime.dispatcher, metrics)
     app.state.metrics = metrics

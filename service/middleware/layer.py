@@ -389,9 +389,12 @@ class _Exchange:
             request_bytes=self.received if self.has_body else None,
             response_bytes=self.sent,
         )
-        if access_log.isEnabledFor(logging.INFO):
+        # Probes and scrapes at debug: a kubelet and Prometheus call them every few seconds.
+        level = logging.DEBUG if self.path in OPERATIONAL_PATHS else logging.INFO
+        if access_log.isEnabledFor(level):
             client = scope.get("client")
-            access_log.info(
+            access_log.log(
+                level,
                 "request",
                 extra={
                     "method": scope["method"],

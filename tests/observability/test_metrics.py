@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
@@ -75,3 +77,43 @@ def test_model_label_is_bounded() -> None:
     assert model_label("/v2/models/{model_name}/infer", "/v2/models/softmax/infer", models) == "softmax"
     assert model_label("/v2/models/{model_name}/ready", "/v2/models/" + "x" * 300 + "/ready", models) == "other"
     assert model_label("/healthz", "/healthz", models) == ""
+
+
+def test_requests_by_model_with_body_sizes() -> None:
+    app = create_app(Settings(enable_onnx=False))
+    v2 = {
+        "inputs": [
+            {"name": "logits", "shape": [1, 3], "datatype": "FP32", "data": [1.0, 2.0, 3.0]},
+        ]
+    }
+    with TestClient(app) as client:
+        assert app.state.runtime.startup_done.wait(60)
+        sent = client.post("/v2/models/softmax/infer", json=v2)
+        assert sent.status_code == 200, sent.text
+        assert client.post("/v2/models/nonesuch-" + "z" * 50 + "/infer", json=v2).status_code == 404
+        text = client.get("/metrics").text
+    route = "/v2/models/{model_name}/infer"
+    assert metric_value(text, "attn_http_requests_total", route=route, model="softmax", status="200") == 1
+    assert metric_value(text, "attn_http_requests_total", route=route, model="other", status="404") == 1
+    assert "nonesuch" not in text  # a name the server does not have never becomes a label value
+    request_bytes = len(sent.request.content)
+    assert metric_value(text, "attn_http_request_size_bytes_count", route=route, model="softmax") == 1
+    assert metric_value(text, "attn_http_request_size_bytes_sum", route=route, model="softmax") == request_bytes
+    assert metric_value(text, "attn_http_response_size_bytes_sum", route=route, model="softmax") == len(sent.content)
+
+
+def test_probes_and_scrapes_are_logged_at_debug(caplog: pytest.LogCaptureFixture) -> None:
+    app = create_app(Settings(enable_onnx=False))
+    caplog.set_level(logging.DEBUG, logger="service.access")
+    with TestClient(app) as client:
+        for path in ("/healthz", "/readyz", "/metrics", "/v2/health/live"):
+            client.get(path)
+        client.post("/v1/softmax", json={"logits": [1.0, 2.0]})
+    levels = {r.path: r.levelno for r in caplog.records if r.name == "service.access"}  # type: ignore[attr-defined]
+    assert levels == {
+        "/healthz": logging.DEBUG,
+        "/readyz": logging.DEBUG,
+        "/metrics": logging.DEBUG,
+        "/v2/health/live": logging.DEBUG,
+        "/v1/softmax": logging.INFO,
+    }, levels
