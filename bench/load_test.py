@@ -1,6 +1,13 @@
-"""Load test (issue 5): 60 s at concurrency 64 with valid, invalid and oversized requests.
+"""Load test (issue 5): 60 s at concurrency 64 with valid, invalid and oversized requests; goodput (issue 8).
 
     python bench/load_test.py [--duration 60] [--concurrency 64] [--warmup 10] [--json out.json]
+    python bench/load_test.py --goodput [--goodput-duration 15]
+
+``--goodput`` measures instead how many valid medium requests (/v2
+(1, 8, 128, 64) float32 with output and weights, JSON and binary) are answered
+200 per second at 1, 16 and 64 clients (wrk, ``bench/load_goodput.lua``), with
+the 503s per second and p50/p99, and checks the issue's target: at 64 clients
+at least 0.8x the best of 1 and 16, and no 5xx but 503.
 
 Needs wrk (Debian/Ubuntu: ``apt-get install -y wrk``). The run starts the
 service the way production runs it (``python -m service serve``, settings from
@@ -46,6 +53,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 LUA = ROOT / "bench" / "load_mix.lua"
+GOODPUT_LUA = ROOT / "bench" / "load_goodput.lua"
+GOODPUT_SHAPE = (1, 8, 128, 64)
+GOODPUT_CLIENTS = (1, 16, 64)
 ONE_MIB = 1 << 20
 
 
@@ -126,16 +136,126 @@ def run_wrk(url: str, args: list[str], concurrency: int, seconds: float) -> dict
     return json.loads(line[5:])
 
 
+def start_server(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes], str, Any]:
+    """``python -m service serve`` on a free port, ready; returns (process, url, log file)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = open(log_path, "wb")  # noqa: SIM115 -- closed by the caller with the server
+    server = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve"],
+        cwd=ROOT,
+        env={**os.environ, **env, "ATTN_PORT": str(port)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                return server, url, log
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline or server.poll() is not None:
+            server.kill()
+            raise RuntimeError(f"server not ready; see {log_path}")
+        time.sleep(0.2)
+
+
+def run_goodput_wrk(url: str, body: Path, headers: dict[str, str], clients: int, seconds: float) -> dict[str, Any]:
+    env = {**os.environ, "BENCH_BODY": str(body), "BENCH_HEADERS": "\n".join(f"{k}: {v}" for k, v in headers.items())}
+    cmd = ["wrk", f"-t{min(2, clients)}", f"-c{clients}", f"-d{seconds:g}s", "--timeout", "60s", "-s", str(GOODPUT_LUA)]
+    done = subprocess.run(
+        [*cmd, url + "/v2/models/attention/infer"], capture_output=True, text=True, env=env, timeout=seconds + 120
+    )
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("GOODPUT ")), None)
+    if line is None:
+        raise RuntimeError(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    result: dict[str, Any] = json.loads(line[8:])
+    return result
+
+
+def goodput(seconds: float, json_out: str | None) -> int:
+    """The goodput table: 200s/s, 503s/s, p50/p99 of valid medium /v2 requests at 1, 16 and 64 clients."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_http import v2_body  # the medium /v2 requests of the HTTP benchmark
+
+    workdir = Path(tempfile.mkdtemp(prefix="goodput_"))
+    server, url, log = start_server({"ATTN_LOG_LEVEL": "warning"}, workdir / "server.log")
+    rows: list[dict[str, Any]] = []
+    load_before = os.getloadavg()
+    try:
+        for fmt, binary in (("JSON", False), ("binary", True)):
+            body, headers = v2_body(GOODPUT_SHAPE, binary)
+            path = workdir / f"{fmt}.bin"
+            path.write_bytes(body)
+            assert httpx.post(url + "/v2/models/attention/infer", content=body, headers=headers, timeout=60).is_success
+            run_goodput_wrk(url, path, headers, 16, min(5.0, seconds))  # warm-up
+            for clients in GOODPUT_CLIENTS:
+                time.sleep(1.0)
+                r = run_goodput_wrk(url, path, headers, clients, seconds)
+                elapsed = r["duration_us"] / 1e6
+                by_status = {status: n for status, n in r["counts"]}
+                rows.append(
+                    {
+                        "format": fmt,
+                        "clients": clients,
+                        "body_bytes": len(body),
+                        "ok_per_s": round(by_status.get(200, 0) / elapsed, 1),
+                        "refused_503_per_s": round(by_status.get(503, 0) / elapsed, 1),
+                        "other_status": {s: n for s, n in by_status.items() if s not in (200, 503)},
+                        "socket_errors": r["socket_errors"],
+                        "p50_ms": round(r["p50_us"] / 1e3, 1),
+                        "p99_ms": round(r["p99_us"] / 1e3, 1),
+                    }
+                )
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(60)
+        log.close()
+    checks: dict[str, bool] = {}
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average before {load_before[0]:.2f}, "
+        f"after {os.getloadavg()[0]:.2f}; {seconds:g} s per run"
+    )
+    print("| /v2 (1, 8, 128, 64) float32 | clients | 200/s | 503/s | p50 ms | p99 ms | other |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for row in rows:
+        other = row["other_status"] or ""
+        if row["socket_errors"]:
+            other = f"{other} socket errors {row['socket_errors']}".strip()
+        print(
+            f"| {row['format']} ({row['body_bytes']} B) | {row['clients']} | {row['ok_per_s']} | "
+            f"{row['refused_503_per_s']} | {row['p50_ms']} | {row['p99_ms']} | {other} |"
+        )
+    for fmt in ("JSON", "binary"):
+        by_clients = {row["clients"]: row for row in rows if row["format"] == fmt}
+        best = max(by_clients[1]["ok_per_s"], by_clients[16]["ok_per_s"])
+        at64 = by_clients[64]["ok_per_s"]
+        checks[f"{fmt}: 64 clients >= 0.8x the best of 1 and 16 ({at64} vs {best})"] = at64 >= 0.8 * best
+        checks[f"{fmt}: no 5xx but 503"] = not any(
+            int(s) >= 500 and int(s) != 503 for row in by_clients.values() for s in row["other_status"]
+        )
+    for name, ok in checks.items():
+        print(f"- {name}: {'met' if ok else 'MISSED'}")
+    if json_out:
+        Path(json_out).write_text(json.dumps({"rows": rows, "checks": checks}, indent=2) + "\n")
+    return 0 if all(checks.values()) else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--json", help="also write the report here")
+    parser.add_argument("--goodput", action="store_true", help="measure the goodput table instead (issue 8)")
+    parser.add_argument("--goodput-duration", type=float, default=15.0, help="seconds per goodput run")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk is not installed (apt-get install -y wrk)", file=sys.stderr)
         return 2
+    if args.goodput:
+        return goodput(args.goodput_duration, args.json)
 
     max_body = int(os.environ.get("ATTN_MAX_BODY_BYTES", ONE_MIB))
     port = free_port()
