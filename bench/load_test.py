@@ -194,7 +194,9 @@ def goodput(seconds: float, json_out: str | None) -> int:
                 time.sleep(1.0)
                 r = run_goodput_wrk(url, path, headers, clients, seconds)
                 elapsed = r["duration_us"] / 1e6
-                by_status = {status: n for status, n in r["counts"]}
+                by_status: dict[int, int] = {}
+                for status, n in r["counts"]:  # one [status, n] pair per wrk thread: add them up
+                    by_status[status] = by_status.get(status, 0) + n
                 rows.append(
                     {
                         "format": fmt,
