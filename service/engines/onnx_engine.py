@@ -522,8 +522,11 @@ class OnnxEngine:
         fetch_weights = task.need_weights or (has_weights and not self._fused[name])
         wanted = ["output"] + (["weights"] if fetch_weights else []) + (["scores"] if task.need_scores else [])
         fetched = dict(zip(wanted, self._sessions[name].run(wanted, feeds), strict=True))
-        cost = self.cost(task)
-        if cost is not None and cost.peak_bytes > TRIM_AFTER_BYTES:
+        # The graph and dims are known here: no second graph lookup and shape check through self.cost.
+        peak = onnx_cost(
+            name, dims, dtype=dtype.name, need_weights=task.need_weights, need_scores=task.need_scores
+        ).peak_bytes
+        if peak > TRIM_AFTER_BYTES:
             release_free_heap()
         output = fetched["output"]
         weights = fetched.get("weights")
