@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.core.attention import CHUNK_ELEMENTS, Dims
+from service.core.normalizers import _CHUNK_ELEMENTS
 
 REFERENCE_GEMM_FLOPS_PER_S = 50e9
 """float32 GEMM rate of one core of the reference machine (1024^3, one BLAS thread)."""
@@ -91,16 +92,15 @@ ONNX_DEFAULT_NS_PER_SCORE = 1400.0
 ONNX_DEFAULT_BYTES_PER_SCORE = 80.0
 """For a graph the tables do not name (a newly exported one): the largest of the measured graphs."""
 
-NUMPY_THREAD_SCRATCH_BYTES = CHUNK_ELEMENTS * 8 * 3 + (1 << 17) * 8 * 12
-"""Per worker thread: a chunk of scores and two temporaries in float64, plus the sort-based and
-bisection normalizers' float64 row blocks (x, sorted candidates, prefix sums, ...)."""
-SORT_BLOCK_ELEMENTS = 1 << 17
-"""Row blocks of the sort-based and bisection kernels (``service.core.normalizers._CHUNK_ELEMENTS``)."""
+SORT_BLOCK_ELEMENTS = _CHUNK_ELEMENTS
+"""Row blocks of the sort-based and bisection kernels (the normalizers' own chunk size)."""
 
 
 def numpy_scratch_bytes(n_scores: int, normalizer: str) -> int:
-    """One worker thread's temporaries for a task of ``n_scores``: never more than the task itself needs,
-    so a tiny request does not hold tens of MiB of the memory budget.
+    """One worker thread's temporaries for a task of ``n_scores``: a chunk of scores and two temporaries
+    in float64, plus, for the sort-based and bisection normalizers, their float64 row blocks (x, sorted
+    candidates, prefix sums, ...). Never more than the task itself needs, so a tiny request does not
+    hold tens of MiB of the memory budget.
     """
     chunk = min(n_scores, CHUNK_ELEMENTS) * 8 * 3
     blocks = 0 if normalizer in ("softmax", "relu") else min(n_scores, SORT_BLOCK_ELEMENTS) * 8 * 12
