@@ -1,4 +1,4 @@
-"""Tests of service.core.diagnostics against hand-computed values (semantics.md, "Diagnostics")."""
+"""Tests of service.core.diagnostics against hand-computed values (semantics.md, "Diagnostics"), on both paths."""
 
 from __future__ import annotations
 
@@ -27,6 +27,12 @@ ROW_KEYS = (
     "zeros",
     "attention_distance",
 )
+
+
+@pytest.fixture(autouse=True, params=["list", "numpy"])
+def diagnostics_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs on both paths of attention_diagnostics: the list path of small inputs and the numpy one."""
+    monkeypatch.setattr(diag, "_SMALL_WORK", 1 << 40 if request.param == "list" else 0)
 
 
 def plain_softmax(z: np.ndarray) -> np.ndarray:

@@ -1,5 +1,5 @@
-"""service.core.diagnostics: the one-pass path of small inputs gives, bit for bit, what the blocked path gives
-(but the score statistics, whose blocks are merged with Chan's update).
+"""service.core.diagnostics: the numpy path's one pass over inputs that fit a block gives, bit for bit, what the
+blocked path gives (but the score statistics, whose blocks are merged with Chan's update).
 """
 
 from __future__ import annotations
@@ -58,15 +58,16 @@ def test_one_pass_equals_blocks(
         w[..., 0, 0] = np.nan
     scores = np.where(w > 0, np.log(np.where(w > 0, w, 1)), -np.inf).astype(dtype)
     output = np.ones(shape[:3] + (2,), dtype)
-    one_pass = diag.attention_diagnostics(w, valid, scores=scores, output=output, causal=causal)
-    probs = diag.probability_diagnostics(w.reshape(-1, shape[-1]))
-    saved = diag._BLOCK_ELEMENTS
-    diag._BLOCK_ELEMENTS = 3  # every row its own block: the general path
+    saved, saved_small = diag._BLOCK_ELEMENTS, diag._SMALL_WORK
+    diag._SMALL_WORK = 0  # the numpy path whatever the size (test_diagnostics_small compares the list path)
     try:
+        one_pass = diag.attention_diagnostics(w, valid, scores=scores, output=output, causal=causal)
+        probs = diag.probability_diagnostics(w.reshape(-1, shape[-1]))
+        diag._BLOCK_ELEMENTS = 3  # every row its own block: the general path
         blocked = diag.attention_diagnostics(w, valid, scores=scores, output=output, causal=causal)
         probs_blocked = diag.probability_diagnostics(w.reshape(-1, shape[-1]))
     finally:
-        diag._BLOCK_ELEMENTS = saved
+        diag._BLOCK_ELEMENTS, diag._SMALL_WORK = saved, saved_small
     # score statistics merge blocks with Chan's update, which rounds differently by design: toleranced
     stats, stats_blocked = one_pass.pop("score_stats"), blocked.pop("score_stats")
     assert (stats is None) == (stats_blocked is None)
