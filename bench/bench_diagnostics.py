@@ -1,7 +1,7 @@
 """Benchmark of ``attention_diagnostics`` on small inputs: the list path against the numpy path.
 
 For float32 causal softmax weights with their scores (masked = -inf) and an output, it times, in one
-run and interleaved, the same call with each path forced (``diagnostics._SMALL_ELEMENTS`` set above
+run and interleaved, the same call with each path forced (``diagnostics._SMALL_WORK`` set above
 or below the input's size) and with the default switch, and prints the medians and the ratio
 numpy / list (above 1: the list path is faster). The shapes straddle the threshold, so the table
 shows where the list path stops winning.
@@ -56,7 +56,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200, help="calls per round and path")
     args = parser.parse_args()
     default = diagnostics._SMALL_WORK
-    print(f"attention_diagnostics, float32 weights + scores + output, causal top_left; threshold {default} weights")
+    rule = f"weights + {diagnostics._ROW_WORK} * rows <= {default}"
+    print(f"attention_diagnostics, float32 weights + scores + output, causal top_left; list path when {rule}")
     print(f"median of {args.rounds} interleaved rounds of {args.calls} calls\n")
     print("| shape (B, Hq, L, S) | weights | list path (us) | numpy path (us) | numpy / list | default (us) |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -749,7 +749,7 @@ def _small_score_stats(scores: np.ndarray) -> dict[str, Any] | None:
         return None
     block_mean = sum(values) / n
     var = sum([(x - block_mean) * (x - block_mean) for x in values]) / n
-    mean = block_mean * n / n  # the block merged into an empty total, as _moments does
+    mean = 0.0 + block_mean * n / n  # the block merged into an empty total, as _moments does
     if not (math.isfinite(mean) and math.isfinite(var)):
         return _score_stats(scores)  # beyond ~1e154: the numpy path rescales
     return {"min": min(values), "max": max(values), "mean": mean, "std": math.sqrt(max(var, 0.0)), "count": n}
