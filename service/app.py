@@ -7,6 +7,7 @@ they are ready.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections.abc import AsyncIterator, Mapping
@@ -65,6 +66,16 @@ def default_engines(settings: Settings) -> dict[str, Engine]:
     return engines
 
 
+NO_NATIVE_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
+"""FastAPI's own OpenTelemetry (newer FastAPI versions) off: it looks for a configured provider on every
+request (about 10 us), and with ``ATTN_TRACING`` the service's tracing middleware already makes the spans
+(service/observability/tracing.py); both would trace each request twice."""
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -108,15 +119,18 @@ def create_app(
         docs_url=None,  # served by install_docs, with assets from a package instead of a CDN
         redoc_url=None,
         generate_unique_id_function=operation_id,
+        **NO_NATIVE_TELEMETRY,
     )
     app.state.runtime = runtime
     install_error_handlers(app)
     app.include_router(operations.router)
+    # The data plane (/v1/attention, /v1/softmax, /v2 inference) before the rarer routes: FastAPI tries
+    # the routes in order, a few microseconds each.
     app.include_router(v1.router)
-    app.include_router(gradients.router)
-    app.include_router(logits.router)
     v2.MODELS.update(v2_logits.MODELS)
     app.include_router(v2.router)
+    app.include_router(gradients.router)
+    app.include_router(logits.router)
     if settings.gzip_level > 0:  # large answers compressed for clients that accept gzip
         app.add_middleware(GZipIfAccepted, minimum_size=settings.gzip_min_bytes, compresslevel=settings.gzip_level)
     install_openapi(

@@ -406,6 +406,8 @@ def _model(name: str, version: str | None) -> Model:
 
 def _not_ready(runtime: Runtime) -> str | None:
     """Why the server is not ready, or None when it is (``Runtime.readiness``)."""
+    if runtime.startup_done.is_set() and all(engine.ready for engine in runtime.engines.values()):
+        return None  # the usual case, checked on every inference request without building the details
     ready, details = runtime.readiness()
     if ready:
         return None
@@ -579,3 +581,8 @@ async def infer(request: Request, model_name: str) -> Response:
 async def infer_version(request: Request, model_name: str, model_version: str) -> Response:
     """As ``/v2/models/{model_name}/infer``, for an explicit version (``1``)."""
     return await _infer_route(request, model_name, model_version)
+
+
+# The inference routes first: FastAPI tries a request's path against the routes in order (a regex each,
+# some microseconds apiece), and inference is what this router mostly serves.
+router.routes.sort(key=lambda route: "POST" not in getattr(route, "methods", ()))
