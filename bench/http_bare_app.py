@@ -1,4 +1,5 @@
-"""The HTTP floor for bench/bench_http.py: a bare FastAPI endpoint that returns a constant (POST reads the body first).
+"""The HTTP floor for bench/bench_http.py: a bare FastAPI endpoint that returns a constant (POST reads the body first),
+and ``POST /bare/sized?n=N`` that answers N bytes (the transport of a large request and answer alone).
 
 Served exactly as the service is (uvicorn with uvloop and httptools, one worker,
 no server header), so the difference between the two is what the service does
@@ -22,6 +23,19 @@ CONSTANT = b'{"ok":true}'
 async def bare(request: Request) -> Response:
     await request.body()
     return Response(CONSTANT, media_type="application/json")
+
+
+_SIZED: dict[int, bytes] = {}
+
+
+@app.post("/bare/sized")
+async def bare_sized(request: Request, n: int) -> Response:
+    """Reads the body and answers ``n`` bytes: the transport floor of a request and answer of these sizes."""
+    await request.body()
+    body = _SIZED.get(n)
+    if body is None:
+        body = _SIZED[n] = b"1" * n
+    return Response(body, media_type="application/json")
 
 
 @app.get("/bare")
