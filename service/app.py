@@ -20,6 +20,7 @@ from service import __version__
 from service.api import gradients, logits, operations, v1, v2, v2_logits
 from service.api.docs import finish_openapi, install_docs, install_openapi, operation_id
 from service.api.errors import install_error_handlers
+from service.api.fast_routes import install_fast_routes
 from service.api.gradient_schemas import AnalyzeRequest, AttentionBackwardRequest
 from service.api.logits_schemas import CalibrateRequest, SampleRequest
 from service.api.memory import MemoryBudget
@@ -124,13 +125,12 @@ def create_app(
     app.state.runtime = runtime
     install_error_handlers(app)
     app.include_router(operations.router)
-    # The data plane (/v1/attention, /v1/softmax, /v2 inference) before the rarer routes: FastAPI tries
-    # the routes in order, a few microseconds each.
     app.include_router(v1.router)
-    v2.MODELS.update(v2_logits.MODELS)
-    app.include_router(v2.router)
     app.include_router(gradients.router)
     app.include_router(logits.router)
+    v2.MODELS.update(v2_logits.MODELS)
+    app.include_router(v2.router)
+    install_fast_routes(app)  # the same endpoints as plain Starlette routes, matched first
     if settings.gzip_level > 0:  # large answers compressed for clients that accept gzip
         app.add_middleware(GZipIfAccepted, minimum_size=settings.gzip_min_bytes, compresslevel=settings.gzip_level)
     install_openapi(

@@ -66,7 +66,7 @@ REQUEST_ERRORS = (ProblemError, InvalidInput, NumericalError, StarletteHTTPExcep
 """What a request can be refused with; anything else is a bug, left to the app's 500 handling."""
 
 
-def _as_error(exc: ProblemError | InvalidInput | NumericalError | StarletteHTTPException) -> Response:
+def error_response(exc: ProblemError | InvalidInput | NumericalError | StarletteHTTPException) -> Response:
     if isinstance(exc, ProblemError):
         # /v1's 422 (invalid input) is the protocol's 400; other statuses keep their meaning.
         return protocol_error_response(400 if exc.status == 422 else exc.status, exc.detail, exc.headers)
@@ -88,7 +88,7 @@ class V2Route(APIRoute):
             try:
                 return await handler(request)
             except REQUEST_ERRORS as exc:
-                return _as_error(exc)
+                return error_response(exc)
 
         return route
 
@@ -553,7 +553,7 @@ INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def _infer_route(request: Request, model_name: str, model_version: str | None) -> Response:
+async def infer_route(request: Request, model_name: str, model_version: str | None) -> Response:
     model = _model(model_name, model_version)
     runtime = _runtime(request)
     reason = _not_ready(runtime)
@@ -569,7 +569,7 @@ async def _infer_route(request: Request, model_name: str, model_version: str | N
 @router.post("/models/{model_name}/infer", summary="Inference", responses=INFER_RESPONSES, openapi_extra=INFER_OPENAPI)
 async def infer(request: Request, model_name: str) -> Response:
     """Run a model. JSON or binary tensors in and out; options in the request parameters; diagnostics in the response parameters."""  # noqa: E501 -- the docstring is the endpoint's OpenAPI description: one line keeps openapi.yaml as it is
-    return await _infer_route(request, model_name, None)
+    return await infer_route(request, model_name, None)
 
 
 @router.post(
@@ -580,9 +580,4 @@ async def infer(request: Request, model_name: str) -> Response:
 )
 async def infer_version(request: Request, model_name: str, model_version: str) -> Response:
     """As ``/v2/models/{model_name}/infer``, for an explicit version (``1``)."""
-    return await _infer_route(request, model_name, model_version)
-
-
-# The inference routes first: FastAPI tries a request's path against the routes in order (a regex each,
-# some microseconds apiece), and inference is what this router mostly serves.
-router.routes.sort(key=lambda route: "POST" not in getattr(route, "methods", ()))
+    return await infer_route(request, model_name, model_version)
