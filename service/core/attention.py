@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -56,10 +57,12 @@ class Dims:
         return (self.B, self.Hq, self.L, self.S)
 
 
+@lru_cache(maxsize=256)
 def check_dims(query_shape: tuple[int, ...], key_shape: tuple[int, ...], value_shape: tuple[int, ...]) -> Dims:
     """Check the shapes agree (semantics.md, "Shapes") and return the sizes.
 
-    Errors name the field and dimension, e.g. "key has E=32 but query has E=64".
+    Errors name the field and dimension, e.g. "key has E=32 but query has E=64". Cached per shapes (a request
+    checks its shapes in the API, the cost estimates and the engine; errors are not cached).
     """
     for name, shape in (("query", query_shape), ("key", key_shape), ("value", value_shape)):
         if not 2 <= len(shape) <= 4:
@@ -136,11 +139,12 @@ def _wider(dtype: np.dtype | type) -> str:
     return "precision float64 or " if np.dtype(dtype) != np.float64 else ""
 
 
+@lru_cache(maxsize=256)
 def score_factor(scale: float, temperature: float, dtype: np.dtype | type) -> float:
     """``scale / temperature`` (computed in float64, rounded once to ``dtype``), the factor Q is multiplied by.
 
     A factor that underflows to 0 is right (scores below the dtype's resolution: uniform softmax); one that
-    overflows is a :class:`NumericalError` (every score would be infinite).
+    overflows is a :class:`NumericalError` (every score would be infinite). Cached (errors are not).
     """
     factor = scale / temperature
     with np.errstate(over="ignore"):
@@ -467,10 +471,97 @@ def _forward_chunk(
             np.matmul(a, v, out=out)
 
 
+# Up to this many scores (B*Hq*L*S) in all, run_attention computes the whole task in one pass
+# (:func:`_forward_small`) instead of planning and iterating chunks: a (1, 1, 4, 4) request spends
+# most of its time in per-call Python overhead, not in arithmetic. At most MIN_CHUNK_ELEMENTS, so the
+# chunked path would run each batch as one chunk too, and below PARALLEL_MIN_ELEMENTS (no threads).
+FAST_PATH_SCORES = 1 << 15
+
+
+def _forward_small(
+    p: _Prepared,
+    normalizer: str,
+    alpha: float | None,
+    output: np.ndarray,
+    weights: np.ndarray | None,
+    scores: np.ndarray | None,
+) -> None:
+    """Fill ``output`` (and ``weights``, ``scores``) for the whole task at once.
+
+    The same operations in the same order as :func:`_forward_chunk` on one chunk per batch, on arrays
+    with a leading batch axis: element-wise steps and row reductions give the same numbers for every
+    row, and ``matmul`` of a stack runs the same GEMM on each (B, Hkv) matrix. So the results are
+    bit-identical to the chunked path (``tests/core/test_attention_fast.py``). The sort-based and
+    bisection normalizers get one batch at a time, as there: the bisection's row blocks depend on
+    the rows they hold.
+    """
+    d = p.dims
+    B, Hkv, GL, S = d.B, d.Hkv, d.group * d.L, d.S
+    dtype = output.dtype
+    out = output.reshape(B, Hkv, GL, d.Ev)
+    z = np.empty((B, Hkv, GL, S), dtype=dtype) if weights is None else weights.reshape(B, Hkv, GL, S)
+    z5 = z.reshape(B, Hkv, d.group, d.L, S)
+    drop5 = p.drop5
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        if normalizer == "relu":  # as _relu_chunk: float64 scores, no temperature
+            y = np.matmul(
+                p.q5.astype(np.float64).reshape(B, Hkv, GL, d.E), p.k.astype(np.float64).transpose(0, 1, 3, 2)
+            )
+            y *= p.scale
+            y5 = y.reshape(z5.shape)
+            if p.raw_bias5 is not None:
+                y5 += p.raw_bias5
+            if drop5 is not None:
+                np.copyto(y5, -np.inf, where=drop5)
+            if scores is not None:
+                scores_z = scores.reshape(z.shape)
+                scores_z[...] = y / p.temperature
+                check_scores_finite(scores_z.reshape(y5.shape), None if drop5 is None else ~drop5, dtype)
+            a = normalizers.relu_normalize(y)
+            if weights is not None:
+                z[...] = a
+                np.matmul(z, p.v, out=out)
+            else:
+                np.matmul(a.astype(dtype), p.v, out=out)
+            return
+        np.matmul((p.q5 * dtype.type(p.factor)).reshape(B, Hkv, GL, d.E), p.k.transpose(0, 1, 3, 2), out=z)
+        if p.bias5 is not None:
+            z5 += p.bias5
+        if scores is not None:
+            check_scores_finite(z5, None if drop5 is None else ~drop5, dtype)
+        if drop5 is not None:
+            np.copyto(z5, -np.inf, where=drop5)
+        if scores is not None:
+            scores.reshape(z.shape)[...] = z
+        valid = p.valid_keys.reshape(B, Hkv, GL)
+        if normalizer == "softmax":
+            sums, dead = _exp_shifted(z)
+            check_live_rows(dead, valid, dtype)
+            if weights is not None:
+                z /= sums
+                np.matmul(z, p.v, out=out)
+            else:
+                np.matmul(z, p.v, out=out)
+                out /= sums
+            return
+        check_live_rows(np.isneginf(z.max(axis=-1)), valid, dtype)
+        if B == 1:
+            a = normalizers.normalize(z[0], normalizer, alpha=alpha)[None]
+        else:
+            a = np.empty_like(z)
+            for b in range(B):
+                normalizers.normalize(z[b], normalizer, alpha=alpha, out=a[b])
+        if weights is not None:
+            z[...] = a
+        np.matmul(a, p.v, out=out)
+
+
 def run_attention(task: AttentionTask, *, executor: Executor | None = None, workers: int = 1) -> AttentionResult:
     """Run attention on numpy; the reference implementation of semantics.md.
 
-    The work is split into chunks of query rows (at most :data:`CHUNK_ELEMENTS`
+    A task of at most :data:`FAST_PATH_SCORES` scores runs in one pass
+    (:func:`_forward_small`, bit-identical to the chunked path). Larger ones are
+    split into chunks of query rows (at most :data:`CHUNK_ELEMENTS`
     scores each) so that peak memory beyond the result is one chunk per
     thread. With an ``executor`` of ``workers`` threads (BLAS then best limited
     to one thread, as :class:`~service.engines.numpy_engine.NumpyEngine` does),
@@ -488,6 +579,34 @@ def run_attention(task: AttentionTask, *, executor: Executor | None = None, work
     output = np.empty((d.B, d.Hq, d.L, d.Ev), dtype=dtype)
     weights = np.empty(d.weights_shape, dtype=dtype) if task.need_weights else None
     scores = np.empty(d.weights_shape, dtype=dtype) if task.need_scores else None
+    total = d.B * d.Hq * d.L * d.S
+    if total <= FAST_PATH_SCORES:
+        _forward_small(p, params.normalizer, params.alpha, output, weights, scores)
+    else:
+        _forward_chunked(p, params, output, weights, scores, executor, workers)
+    if not np.isfinite(output).all():
+        raise overflow_error(dtype, "the attention output is not finite: the scores")
+    rank = task.inputs.query.ndim
+    lead = task.inputs.query.shape[:-1]
+    return AttentionResult(
+        output=output.reshape(lead + (d.Ev,)) if rank < 4 else output,
+        weights=None if weights is None else weights.reshape(lead + (d.S,)),
+        scores=None if scores is None else scores.reshape(lead + (d.S,)),
+        valid_keys=p.valid_keys,
+    )
+
+
+def _forward_chunked(
+    p: _Prepared,
+    params: AttentionParams,
+    output: np.ndarray,
+    weights: np.ndarray | None,
+    scores: np.ndarray | None,
+    executor: Executor | None,
+    workers: int,
+) -> None:
+    """Fill the results chunk by chunk (:func:`_chunks`), on ``executor`` when the task is large enough."""
+    d = p.dims
     output5 = _split_heads(output, d)
     weights5 = None if weights is None else _split_heads(weights, d)
     scores5 = None if scores is None else _split_heads(scores, d)
@@ -506,16 +625,6 @@ def run_attention(task: AttentionTask, *, executor: Executor | None = None, work
     else:
         for c in chunks:
             work(c)
-    if not np.isfinite(output).all():
-        raise overflow_error(dtype, "the attention output is not finite: the scores")
-    rank = task.inputs.query.ndim
-    lead = task.inputs.query.shape[:-1]
-    return AttentionResult(
-        output=output.reshape(lead + (d.Ev,)) if rank < 4 else output,
-        weights=None if weights is None else weights.reshape(lead + (d.S,)),
-        scores=None if scores is None else scores.reshape(lead + (d.S,)),
-        valid_keys=p.valid_keys,
-    )
 
 
 def attention(

@@ -21,6 +21,7 @@ chunks of bounded size per worker thread, so beyond its results it needs a few M
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from service.core.attention import CHUNK_ELEMENTS, Dims
 from service.core.normalizers import _CHUNK_ELEMENTS
@@ -169,11 +170,20 @@ def numpy_cost(
     workers: int = 1,
 ) -> Cost:
     """The numpy engine: GEMMs plus the normalizer's passes; results plus a scratch per worker thread."""
+    threads = max(1, min(workers, -(-scores(dims) // SORT_BLOCK_ELEMENTS)))  # small tasks run on one thread
+    return _numpy_cost(dims, normalizer, alpha, dtype, need_weights, need_scores, threads)
+
+
+@lru_cache(maxsize=512)
+def _numpy_cost(
+    dims: Dims, normalizer: str, alpha: float | None, dtype: str, need_weights: bool, need_scores: bool, threads: int
+) -> Cost:
+    """:func:`numpy_cost`, cached: a pure function of the shapes and options, asked for by the API's budget
+    check and again by the dispatcher's admission of the engine, on every request.
+    """
     seconds = gemm_seconds(dims, dtype) + scores(dims) * normalizer_ns_per_score(normalizer, alpha, dtype) * 1e-9
-    n = scores(dims)
-    threads = max(1, min(workers, -(-n // SORT_BLOCK_ELEMENTS)))  # small tasks run on one thread
-    peak = result_bytes(dims, dtype, need_weights, need_scores) + threads * numpy_scratch_bytes(n, normalizer)
-    return Cost(seconds, peak + FIXED_BYTES)
+    scratch = threads * numpy_scratch_bytes(scores(dims), normalizer)
+    return Cost(seconds, result_bytes(dims, dtype, need_weights, need_scores) + scratch + FIXED_BYTES)
 
 
 def onnx_cost(

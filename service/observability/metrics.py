@@ -31,8 +31,8 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from service.core.types import NORMALIZERS
-from service.observability.tracing import span
+from service.core.types import NORMALIZERS, AttentionTask
+from service.observability.tracing import _TRACER, span
 
 logger = logging.getLogger("service.metrics")
 
@@ -229,6 +229,8 @@ class ServiceMetrics:
 
 def normalizer_label(task: Any) -> str:
     """The task's normalizer as a metric label: one of :data:`NORMALIZERS`, else ``other`` (bounded)."""
+    if isinstance(task, AttentionTask):
+        return task.params.normalizer if task.params.normalizer in NORMALIZERS else "other"
     params = getattr(task, "params", None) or getattr(getattr(task, "task", None), "params", None)
     normalizer = getattr(params, "normalizer", None)
     return normalizer if normalizer in NORMALIZERS else "other"
@@ -285,6 +287,8 @@ class TimedDispatcher:
     def __init__(self, inner: Any, metrics: ServiceMetrics) -> None:
         self._inner = inner
         self._metrics = metrics
+        # labels() takes a lock and validates its arguments: looked up once per series, not per run
+        self._compute: dict[tuple[str, str, str, str], Any] = {}
 
     def run(self, task: Any, *args: Any, **kwargs: Any) -> Any:
         return self._timed("attention", self._inner.run, task, *args, **kwargs)
@@ -295,12 +299,20 @@ class TimedDispatcher:
     def _timed(self, model: str, run: Any, task: Any, *args: Any, **kwargs: Any) -> Any:
         normalizer = normalizer_label(task)
         t0 = time.perf_counter()
-        with span("engine", {"attn.model": model, "attn.normalizer": normalizer}):
+        if _TRACER.get() is None:  # tracing off (the default): no span to open
             out = run(task, *args, **kwargs)
+        else:
+            with span("engine", {"attn.model": model, "attn.normalizer": normalizer}):
+                out = run(task, *args, **kwargs)
+        seconds = time.perf_counter() - t0
         choice = out[1] if isinstance(out, tuple) and len(out) == 2 else None
         name, provider = getattr(choice, "name", None), getattr(choice, "provider", None)
         if isinstance(name, str) and isinstance(provider, str):
-            self._metrics.engine_compute.labels(name, provider, model, normalizer).observe(time.perf_counter() - t0)
+            key = (name, provider, model, normalizer)
+            histogram = self._compute.get(key)
+            if histogram is None:
+                histogram = self._compute[key] = self._metrics.engine_compute.labels(*key)
+            histogram.observe(seconds)
         return out
 
     def __getattr__(self, name: str) -> Any:
