@@ -30,6 +30,8 @@ COMPUTE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 def promote_to_4d(x: np.ndarray) -> np.ndarray:
     """View a rank 2-4 tensor as rank 4 by prepending axes of size 1."""
+    if x.ndim == 4:
+        return x
     if not 2 <= x.ndim <= 4:
         raise InvalidInput(f"expected rank 2 to 4, got rank {x.ndim}")
     return x.reshape((1,) * (4 - x.ndim) + x.shape)
@@ -380,7 +382,7 @@ def _exp_shifted(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     z -= m
     np.exp(z, out=z)
     s: np.ndarray = z.sum(axis=-1, keepdims=True)
-    s[s == 0] = 1
+    s[dead] = 1  # the rows summing to 0: any other row holds exp(0) = 1 (or a NaN)
     return s, dead[..., 0]
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import cast
 
 from service.core.backward import BackwardResult, BackwardTask
@@ -69,6 +70,12 @@ Admit = Callable[[Engine, AttentionTask | BackwardTask], str | None]
 a sentence says why the task is over a limit there (the engine is then skipped under ``auto``)."""
 
 
+@lru_cache(maxsize=1024)
+def _small_reason(scores: int) -> str:
+    """Why ``auto`` tries numpy first for a request of ``scores`` scores (built once per size, not per request)."""
+    return f"small request ({scores} scores): numpy has the lower per-call overhead"
+
+
 def _not_ready_reason(engine: Engine) -> str:
     reason = getattr(engine, "not_ready_reason", None)
     return reason if isinstance(reason, str) and reason else f"engine {engine.name!r} is not ready"
@@ -116,6 +123,7 @@ class EngineDispatcher:
         self.order = [name for name in preferred_auto_order if name in self.engines]
         self.backward_order = [name for name in backward_order if name in self.engines]
         self.small_task_scores = small_task_scores
+        self._numpy_first = ["numpy"] + [n for n in self.order if n != "numpy"]
 
     def _auto_order(self, task: AttentionTask | BackwardTask) -> tuple[list[str], str]:
         """The order ``auto`` tries for this task, and why, when it differs from the default."""
@@ -127,8 +135,7 @@ class EngineDispatcher:
         q, k = forward.inputs.query.shape, forward.inputs.key.shape
         scores = math.prod(q[:-1]) * (k[-2] if len(k) >= 2 else 1)
         if scores <= self.small_task_scores and "numpy" in self.order and self.order[0] != "numpy":
-            small = f"small request ({scores} scores): numpy has the lower per-call overhead"
-            return ["numpy"] + [n for n in self.order if n != "numpy"], small
+            return self._numpy_first, _small_reason(scores)
         return self.order, ""
 
     def select(
