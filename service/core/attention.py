@@ -22,8 +22,15 @@ import numpy as np
 
 from service.core import normalizers
 from service.core.errors import InvalidInput, NumericalError
-from service.core.masks import combine_keep, split_mask, valid_key_counts
-from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask, FloatArray
+from service.core.masks import causal_keep, combine_keep, split_mask, valid_key_counts
+from service.core.types import (
+    AttentionInputs,
+    AttentionParams,
+    AttentionResult,
+    AttentionTask,
+    Causal,
+    FloatArray,
+)
 
 COMPUTE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -223,6 +230,14 @@ class _Prepared:
     raw_bias5: np.ndarray | None  # the additive bias as given (relu: its weights ignore the temperature)
 
 
+@lru_cache(maxsize=64)
+def _causal_keep(L: int, S: int, causal: Causal) -> np.ndarray:
+    """The (1, 1, L, S) causal keep mask alone, for small sizes (read-only: shared by the requests of one size)."""
+    keep = causal_keep(L, S, causal).reshape(1, 1, L, S)
+    keep.flags.writeable = False
+    return keep
+
+
 def _prepare(inputs: AttentionInputs, params: AttentionParams, dtype: np.dtype) -> _Prepared:
     dtype = np.dtype(dtype)
     if dtype not in COMPUTE_DTYPES:
@@ -234,9 +249,13 @@ def _prepare(inputs: AttentionInputs, params: AttentionParams, dtype: np.dtype) 
     v = _as_compute(promote_to_4d(inputs.value), dtype)
     target = dims.weights_shape
     keep, raw_bias = split_mask(inputs.mask, target)
-    keep = combine_keep(
-        keep, raw_bias, causal=params.causal, key_lengths=inputs.key_lengths, batch=dims.B, L=dims.L, S=dims.S
-    )
+    causal_only = keep is None and raw_bias is None and inputs.key_lengths is None and params.causal is not None
+    if causal_only and dims.L * dims.S <= FAST_PATH_SCORES:
+        keep = _causal_keep(dims.L, dims.S, params.causal)  # what combine_keep gives, built once per size
+    else:
+        keep = combine_keep(
+            keep, raw_bias, causal=params.causal, key_lengths=inputs.key_lengths, batch=dims.B, L=dims.L, S=dims.S
+        )
     # relu's weights do not depend on the temperature, so only the other normalizers refuse a
     # bias / temperature or scale / temperature that overflows the compute dtype.
     relu = params.normalizer == "relu"
