@@ -76,6 +76,12 @@ def _small_reason(scores: int) -> str:
     return f"small request ({scores} scores): numpy has the lower per-call overhead"
 
 
+@lru_cache(maxsize=1024)
+def _auto_choice(name: str, provider: str, why_order: str) -> EngineChoice:
+    """The (immutable) choice of ``auto`` for an order reason such as :func:`_small_reason`, built once."""
+    return EngineChoice(name, provider, f"auto: {why_order}")
+
+
 def _not_ready_reason(engine: Engine) -> str:
     reason = getattr(engine, "not_ready_reason", None)
     return reason if isinstance(reason, str) and reason else f"engine {engine.name!r} is not ready"
@@ -169,7 +175,7 @@ class EngineDispatcher:
             if skipped:
                 why = f"auto: {'; '.join(skipped)}; using {name}"
             elif why_order:
-                why = f"auto: {why_order}"
+                return engine, _auto_choice(engine.name, engine.provider, why_order)
             else:
                 why = f"auto: {_what_runs(engine, task)} supports this request"
             return engine, EngineChoice(engine.name, engine.provider, why)
