@@ -171,9 +171,12 @@ def scaled_bias(bias: np.ndarray, temperature: float, dtype: np.dtype | type, *,
 
     ``-inf`` (a masked position) stays ``-inf``. A finite entry whose quotient does not fit ``dtype`` is a
     :class:`NumericalError` (``check``): turning it into ``-inf`` would mask the position, and a row whose
-    every entry overflowed would silently become a dead row.
+    every entry overflowed would silently become a dead row. With a temperature of 1 and ``bias`` already
+    in ``dtype``, ``bias`` itself is returned (dividing by 1 and rounding back change nothing): read it only.
     """
     dtype = np.dtype(dtype)
+    if temperature == 1.0 and isinstance(bias, np.ndarray) and bias.dtype == dtype:
+        return bias
     with np.errstate(over="ignore", under="ignore"):
         quotient = np.asarray(bias, dtype=np.float64) / float(temperature)
         out = quotient.astype(dtype)
@@ -396,7 +399,7 @@ def _exp_shifted(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     and which rows had no finite score (all ``-inf``).
     """
     m = z.max(axis=-1, keepdims=True)
-    dead = np.isneginf(m)
+    dead = m == -np.inf  # np.isneginf is three ufunc calls
     m[dead] = 0  # a fully masked row: exp(-inf - 0) = 0, not exp(-inf + inf) = NaN
     z -= m
     np.exp(z, out=z)
@@ -485,7 +488,7 @@ def _forward_chunk(
                 np.matmul(z, v, out=out)
                 out /= sums
         else:
-            check_live_rows(np.isneginf(z.max(axis=-1)), _chunk_valid(p, c), z.dtype)
+            check_live_rows(z.max(axis=-1) == -np.inf, _chunk_valid(p, c), z.dtype)
             a = normalizers.normalize(z, normalizer, alpha=alpha)
             if weights5 is not None:
                 z[...] = a
@@ -565,7 +568,7 @@ def _forward_small(
                 np.matmul(z, p.v, out=out)
                 out /= sums
             return
-        check_live_rows(np.isneginf(z.max(axis=-1)), valid, dtype)
+        check_live_rows(z.max(axis=-1) == -np.inf, valid, dtype)
         if B == 1:
             a = normalizers.normalize(z[0], normalizer, alpha=alpha)[None]
         else:

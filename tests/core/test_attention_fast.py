@@ -1,4 +1,6 @@
-"""The one-pass path of small tasks (``_forward_small``) against the chunked path: the same numbers, bit for bit."""
+"""The shortcuts for small tasks: the one-pass path (``_forward_small``) against the chunked path (the same
+numbers, bit for bit), and the per-size caches and no-op skips on the way.
+"""
 
 from __future__ import annotations
 
@@ -128,3 +130,29 @@ def test_threshold_switch(monkeypatch: pytest.MonkeyPatch, shape: tuple[int, int
     core.run_attention(AttentionTask(AttentionInputs(x[0], x[1], x[1])))
     assert calls == (["fast"] if fast else ["chunked"])
     assert (B * H * L * S <= core.FAST_PATH_SCORES) == fast
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_scaled_bias_at_temperature_one_is_the_bias(dtype: type) -> None:
+    """Dividing by 1 in float64 and rounding back to the mask's own dtype changes nothing: the mask is reused."""
+    rng = np.random.default_rng(3)
+    bias = (rng.standard_normal((1, 2, 3, 4)) * 10.0 ** rng.integers(-30, 30, size=(1, 2, 3, 4))).astype(dtype)
+    bias[0, 1, 2] = -np.inf
+    general = (bias.astype(np.float64) / 1.0).astype(dtype)
+    assert core.scaled_bias(bias, 1.0, dtype) is bias
+    assert np.array_equal(general, bias)
+    given = bias.astype(np.float64 if dtype == np.float32 else np.float32)  # another dtype: converted
+    other = core.scaled_bias(given, 1.0, dtype)
+    assert other.dtype == np.dtype(dtype) and np.array_equal(other, given.astype(dtype))
+    halved = core.scaled_bias(bias, 2.0, dtype)
+    assert halved is not bias and np.array_equal(halved, (bias.astype(np.float64) / 2.0).astype(dtype))
+
+
+def test_causal_keep_is_shared_and_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A causal-only mask of a small task is built once per (L, S, alignment) and cannot be written through."""
+    from service.core.masks import combine_keep
+
+    a = core._causal_keep(3, 5, "bottom_right")
+    assert a is core._causal_keep(3, 5, "bottom_right") and not a.flags.writeable
+    want = combine_keep(None, None, causal="bottom_right", key_lengths=None, batch=1, L=3, S=5)
+    assert want is not None and np.array_equal(a, want)
