@@ -351,9 +351,10 @@ def compute_attention(
             thresholds=_derived(runtime).thresholds,
         )
         rows = _row_shape(task)
-        for k in ROW_KEYS:
-            if k in diag and isinstance(diag[k], np.ndarray):
-                diag[k] = np.ascontiguousarray(diag[k].reshape(rows))
+        for k in ROW_KEYS:  # (B, Hq, L) -> the query's rows: rank-2 and rank-3 queries drop the leading axes
+            arr = diag.get(k)
+            if isinstance(arr, np.ndarray) and (arr.shape != rows or not arr.flags.c_contiguous):
+                diag[k] = np.ascontiguousarray(arr.reshape(rows))
         body["diagnostics"] = diag
     if "gradient_health" in returned:
         body["gradient_health"] = gradient_health_report(task, result, runtime.settings.diag_vanishing_threshold)
