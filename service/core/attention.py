@@ -66,13 +66,17 @@ class Dims:
         return (self.B, self.Hq, self.L, self.S)
 
 
-@lru_cache(maxsize=256)
 def check_dims(query_shape: tuple[int, ...], key_shape: tuple[int, ...], value_shape: tuple[int, ...]) -> Dims:
     """Check the shapes agree (semantics.md, "Shapes") and return the sizes.
 
     Errors name the field and dimension, e.g. "key has E=32 but query has E=64". Cached per shapes (a request
     checks its shapes in the API, the cost estimates and the engine; errors are not cached).
     """
+    return _check_dims(tuple(query_shape), tuple(key_shape), tuple(value_shape))
+
+
+@lru_cache(maxsize=256)
+def _check_dims(query_shape: tuple[int, ...], key_shape: tuple[int, ...], value_shape: tuple[int, ...]) -> Dims:
     for name, shape in (("query", query_shape), ("key", key_shape), ("value", value_shape)):
         if not 2 <= len(shape) <= 4:
             raise InvalidInput(f"{name} must have rank 2 to 4, got rank {len(shape)} (shape {tuple(shape)})", (name,))

@@ -156,3 +156,14 @@ def test_causal_keep_is_shared_and_read_only(monkeypatch: pytest.MonkeyPatch) ->
     assert a is core._causal_keep(3, 5, "bottom_right") and not a.flags.writeable
     want = combine_keep(None, None, causal="bottom_right", key_lengths=None, batch=1, L=3, S=5)
     assert want is not None and np.array_equal(a, want)
+
+
+def test_check_dims_is_cached_per_shapes_and_errors_are_not() -> None:
+    from service.core.errors import InvalidInput
+
+    a = core.check_dims((1, 2, 3, 4), (1, 1, 5, 4), (1, 1, 5, 6))
+    assert a is core.check_dims([1, 2, 3, 4], (1, 1, 5, 4), (1, 1, 5, 6))  # any sequence of sizes
+    assert (a.Hq, a.Hkv, a.group, a.S, a.Ev) == (2, 1, 2, 5, 6)
+    for _ in range(2):
+        with pytest.raises(InvalidInput, match="key has E=3 but query has E=4"):
+            core.check_dims((1, 2, 3, 4), (1, 1, 5, 3), (1, 1, 5, 6))
