@@ -22,6 +22,11 @@ as the client keeps the connection open). So this subclass adds:
 
 Body time limits (408) are the middleware's (:mod:`service.middleware.layer`),
 since the app is the one waiting for the body.
+
+It also sends a response's head (status line and headers) in the same write
+as the first body chunk (:class:`HeadWithBodyCycle`): uvicorn writes them
+separately, two ``send`` calls and two TCP segments for an answer that fits in
+one, which cost a tiny request about 20 us end to end (measured with wrk).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from service.api.errors import PROBLEM_MEDIA_TYPE, PROBLEM_TYPE_BASE
 
@@ -65,6 +70,78 @@ def _response_431(limit: int) -> bytes:
         + b"\r\nconnection: close\r\n\r\n"
         + body
     )
+
+
+class _HeldWrites:
+    """Stands in for the transport while uvicorn writes a response head: keeps the bytes."""
+
+    __slots__ = ("data",)
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+
+class _PrefixedTransport:
+    """The transport, with ``head`` sent in front of the first write (the rest passes through)."""
+
+    __slots__ = ("head", "transport")
+
+    def __init__(self, transport: asyncio.Transport, head: bytes) -> None:
+        self.transport = transport
+        self.head: bytes | None = head
+
+    def write(self, data: bytes) -> None:
+        if self.head is not None:
+            data, self.head = self.head + data, None
+        self.transport.write(data)
+
+    def close(self) -> None:
+        if self.head is not None:
+            self.write(b"")
+        self.transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+class HeadWithBodyCycle(RequestResponseCycle):
+    """uvicorn's response cycle, writing the response head with the first body chunk (one ``send``).
+
+    The head is built by uvicorn as before (same checks, same bytes) but kept until the first
+    ``http.response.body`` message, whose bytes (possibly none) follow it in one write. Answers to
+    HEAD (uvicorn writes no body for them) and a ``100 Continue`` (written from ``receive``) are
+    not held.
+    """
+
+    _head: bytes | None = None
+
+    async def send(self, message: Any) -> None:
+        starting = message["type"] == "http.response.start" and not self.response_started
+        if starting and self.scope["method"] != "HEAD":
+            transport, held = self.transport, _HeldWrites()
+            self.transport = held  # type: ignore[assignment]  # only write() is called while the head is built
+            try:
+                await super().send(message)
+            finally:
+                self.transport = transport
+            self._head = held.data or None
+            return
+        head = self._head
+        if head is None or message["type"] != "http.response.body":
+            await super().send(message)
+            return
+        self._head = None
+        transport, prefixed = self.transport, _PrefixedTransport(self.transport, head)
+        self.transport = prefixed  # type: ignore[assignment]  # a transport in all but its head
+        try:
+            await super().send(message)
+        finally:
+            self.transport = transport
+        if prefixed.head is not None and not self.disconnected and not transport.is_closing():
+            transport.write(head)  # uvicorn wrote nothing (it refused the message): the head still goes
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -112,6 +189,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._header_timer.cancel()
             self._header_timer = None
         super().on_headers_complete()
+        if type(self.cycle) is RequestResponseCycle:  # the app's task has not run yet: its send is ours
+            self.cycle.__class__ = HeadWithBodyCycle
 
     def pause_writing(self) -> None:
         super().pause_writing()
