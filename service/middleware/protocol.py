@@ -72,6 +72,10 @@ def _response_431(limit: int) -> bytes:
     )
 
 
+COALESCE_MAX_BYTES = 64 << 10
+"""Body chunks up to this size are copied behind the head (one buffer); larger ones are written beside it."""
+
+
 class _HeldWrites:
     """Stands in for the transport while uvicorn writes a response head: keeps the bytes."""
 
@@ -94,9 +98,15 @@ class _PrefixedTransport:
         self.head: bytes | None = head
 
     def write(self, data: bytes) -> None:
-        if self.head is not None:
-            data, self.head = self.head + data, None
-        self.transport.write(data)
+        head = self.head
+        if head is None:
+            self.transport.write(data)
+            return
+        self.head = None
+        if len(data) <= COALESCE_MAX_BYTES:
+            self.transport.write(head + data)
+        else:  # no copy of a large body: uvloop writes the two buffers in one writev
+            self.transport.writelines((head, data))
 
     def close(self) -> None:
         if self.head is not None:

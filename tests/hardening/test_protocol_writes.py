@@ -22,6 +22,9 @@ class RecordingTransport:
         assert not self.closed, "write after close"
         self.writes.append(bytes(data))
 
+    def writelines(self, chunks: Any) -> None:
+        self.write(b"".join(chunks))  # one call: what the transport makes one writev of
+
     def close(self) -> None:
         self.closed = True
 
@@ -78,6 +81,7 @@ CASES = {
     "streamed, chunked": ("GET", [start(None), body(b"[1,", more=True), body(b"2]", more=True), body(b"")], True),
     "connection close": ("GET", [start(2), body(b"{}")], False),
     "HEAD": ("HEAD", [start(9), body(b"")], True),
+    "large body": ("GET", [start(100_000), body(b"x" * 100_000)], True),
 }
 
 
