@@ -91,7 +91,11 @@ def create_app(
     runtime = Runtime(
         settings=settings,
         engines=engine_map,
-        dispatcher=EngineDispatcher(engine_map, small_task_scores=settings.auto_numpy_max_scores),
+        dispatcher=EngineDispatcher(
+            engine_map,
+            small_task_scores=settings.auto_numpy_max_scores,
+            large_task_scores=settings.auto_numpy_large_scores,
+        ),
         memory=MemoryBudget(settings.memory_budget_bytes, settings.queue_timeout_s, settings.retry_after_s),
     )
 

@@ -134,6 +134,13 @@ class Settings(BaseSettings):
         ge=0,
         description="Engine 'auto' tries numpy first up to this many scores (B*Hq*L*S): lower per-call overhead.",
     )
+    auto_numpy_large_scores: int = Field(
+        1 << 22,
+        ge=0,
+        description="Engine 'auto' also tries numpy first above this many scores when the request returns weights "
+        "and ONNX Runtime runs on the CPU without its memory arena (numpy's chunked pass is faster there); "
+        "0 turns this off.",
+    )
     numpy_threads: int = Field(
         0,
         ge=0,

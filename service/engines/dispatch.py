@@ -35,6 +35,23 @@ logger = logging.getLogger("service.engines.dispatch")
 # ~45-90 us), while from (1, 8, 64, 64) on ONNX is about twice as fast.
 SMALL_TASK_SCORES = 4096
 
+# Above this many scores, a task that returns its weights tries numpy first when ONNX Runtime runs on
+# the CPU without its memory arena (the default, ATTN_ONNX_MEMORY_ARENA): every run then allocates
+# its full-size intermediates afresh, and numpy's chunked pass is faster. Measured in one run
+# (2026-11-23, 2 cores, float32 softmax, numpy ms / ONNX ms): (1, 8, 512, 64), 2.1M scores, with
+# weights 9.8 / 5.8, with weights and scores 13.0 / 13.7; (4, 12, 512, 64), 12.6M scores, 42 / 52
+# and 40 / 89; output only ONNX stays ahead (35 / 28). With the arena ONNX keeps the lead
+# ((4, 12, 512, 64) with weights: 33 ms) but holds its peak memory.
+LARGE_TASK_SCORES = 1 << 22
+
+# sparsemax and entmax15 try numpy first when ONNX Runtime runs on the CPU: numpy's sort-based pass
+# beat the ONNX graphs (TopK and cumulative sums over full-size tensors) at every size measured, with
+# and without weights, with and without the arena (same run, numpy ms / ONNX ms, with weights):
+# (1, 8, 64, 64) sparsemax 0.7 / 1.8, entmax15 0.9 / 1.7; (1, 8, 128, 64) 2.5 / 7.0 and 3.7 / 7.5
+# (arena on: 3.2 / 6.4 and 4.6 / 7.3); (1, 8, 512, 64) 20.5 / 84.7 and 33.1 / 95.7. alpha-entmax
+# (bisection) was mixed (0.58x to 1.17x) and keeps the default order.
+NUMPY_FIRST_NORMALIZERS = frozenset({"sparsemax", "entmax15"})
+
 
 # The backward pass tries numpy first: its chunked, multi-threaded backward measured 1.6x to 2.9x
 # faster than the ONNX backward graph, which materialises every (B, Hq, L, S) intermediate
@@ -74,6 +91,25 @@ a sentence says why the task is over a limit there (the engine is then skipped u
 def _small_reason(scores: int) -> str:
     """Why ``auto`` tries numpy first for a request of ``scores`` scores (built once per size, not per request)."""
     return f"small request ({scores} scores): numpy has the lower per-call overhead"
+
+
+@lru_cache(maxsize=1024)
+def _large_reason(scores: int) -> str:
+    """Why ``auto`` tries numpy first for a large request that returns weights (once per size)."""
+    return (
+        f"large request returning weights ({scores} scores): numpy's chunked pass is faster than ONNX Runtime "
+        "on the CPU without its memory arena"
+    )
+
+
+@lru_cache(maxsize=8)
+def _sorting_reason(normalizer: str) -> str:
+    return f"{normalizer}: numpy's sort-based pass is faster than the ONNX graph on the CPU"
+
+
+def _on_cpu(engine: Engine | None) -> bool:
+    """An engine on ONNX Runtime's CPU execution provider (numpy's provider is "CPU/numpy")."""
+    return engine is not None and str(getattr(engine, "provider", "")) == "CPUExecutionProvider"
 
 
 @lru_cache(maxsize=1024)
@@ -123,12 +159,14 @@ class EngineDispatcher:
         preferred_auto_order: Sequence[str] = ("onnx", "numpy"),
         *,
         small_task_scores: int = SMALL_TASK_SCORES,
+        large_task_scores: int = LARGE_TASK_SCORES,
         backward_order: Sequence[str] = BACKWARD_AUTO_ORDER,
     ) -> None:
         self.engines = dict(engines)
         self.order = [name for name in preferred_auto_order if name in self.engines]
         self.backward_order = [name for name in backward_order if name in self.engines]
         self.small_task_scores = small_task_scores
+        self.large_task_scores = large_task_scores
         self._numpy_first = ["numpy"] + [n for n in self.order if n != "numpy"]
 
     def _auto_order(self, task: AttentionTask | BackwardTask) -> tuple[list[str], str]:
@@ -140,8 +178,19 @@ class EngineDispatcher:
         forward = task
         q, k = forward.inputs.query.shape, forward.inputs.key.shape
         scores = math.prod(q[:-1]) * (k[-2] if len(k) >= 2 else 1)
-        if scores <= self.small_task_scores and "numpy" in self.order and self.order[0] != "numpy":
+        if "numpy" not in self.order or self.order[0] == "numpy":
+            return self.order, ""
+        if scores <= self.small_task_scores:
             return self._numpy_first, _small_reason(scores)
+        first = self.engines.get(self.order[0])
+        if not _on_cpu(first):
+            return self.order, ""
+        normalizer = forward.params.normalizer
+        if normalizer in NUMPY_FIRST_NORMALIZERS:
+            return self._numpy_first, _sorting_reason(normalizer)
+        arena_less = getattr(first, "memory_arena", True) is False
+        if 0 < self.large_task_scores < scores and forward.need_weights and arena_less:
+            return self._numpy_first, _large_reason(scores)
         return self.order, ""
 
     def select(

@@ -191,3 +191,62 @@ def test_real_auto_uses_numpy_for_float16(dispatcher: EngineDispatcher) -> None:
     )
     with pytest.raises(EngineUnavailable, match="float16"):
         dispatcher.select(t, "onnx")
+
+
+# ------------------------------------------------------------------------------ numpy first by measured speed
+
+
+class CpuOnnx(FakeEngine):
+    """A fake ONNX engine on ONNX Runtime's CPU provider, with or without its memory arena."""
+
+    def __init__(self, *, memory_arena: bool = False, provider: str = "CPUExecutionProvider") -> None:
+        super().__init__("onnx")
+        self.memory_arena = memory_arena
+        self._provider = provider
+
+    @property
+    def provider(self) -> str:
+        return self._provider
+
+
+@pytest.mark.parametrize("normalizer", ["sparsemax", "entmax15"])
+def test_sort_based_normalizers_try_numpy_first_on_a_cpu_onnx(normalizer: str) -> None:
+    numpy = FakeEngine("numpy")
+    for arena in (False, True):  # faster with and without the arena
+        engine, choice = EngineDispatcher({"numpy": numpy, "onnx": CpuOnnx(memory_arena=arena)}).select(
+            a_task(normalizer), "auto"
+        )
+        assert engine is numpy
+        assert choice.reason == f"auto: {normalizer}: numpy's sort-based pass is faster than the ONNX graph on the CPU"
+
+
+@pytest.mark.parametrize(
+    ("onnx", "normalizer", "alpha"),
+    [
+        (CpuOnnx(provider="CUDAExecutionProvider"), "sparsemax", None),  # a GPU keeps ONNX first
+        (CpuOnnx(), "softmax", None),
+        (CpuOnnx(), "relu", None),
+        (CpuOnnx(), "entmax", 1.3),  # bisection: measured mixed, default order
+    ],
+)
+def test_other_tasks_keep_onnx_first(onnx: CpuOnnx, normalizer: str, alpha: float | None) -> None:
+    engine, _ = EngineDispatcher({"numpy": FakeEngine("numpy"), "onnx": onnx}).select(a_task(normalizer, alpha), "auto")
+    assert engine is onnx
+
+
+def test_large_tasks_with_weights_try_numpy_first_on_an_arena_less_cpu_onnx() -> None:
+    numpy = FakeEngine("numpy")
+    scores = 2 * 48 * 48  # a_task's
+
+    def pick(onnx: CpuOnnx, need_weights: bool, large: int = scores - 1) -> str:
+        dispatcher = EngineDispatcher({"numpy": numpy, "onnx": onnx}, large_task_scores=large)
+        engine, choice = dispatcher.select(a_task(need_weights=need_weights), "auto")
+        if engine is numpy:
+            assert f"large request returning weights ({scores} scores)" in choice.reason
+        return engine.name
+
+    assert pick(CpuOnnx(), need_weights=True) == "numpy"
+    assert pick(CpuOnnx(), need_weights=False) == "onnx"  # output only: the fused graph stays ahead
+    assert pick(CpuOnnx(memory_arena=True), need_weights=True) == "onnx"  # with its arena ONNX is faster
+    assert pick(CpuOnnx(), need_weights=True, large=scores) == "onnx"  # at the threshold, not above
+    assert pick(CpuOnnx(), need_weights=True, large=0) == "onnx"  # 0 turns it off
