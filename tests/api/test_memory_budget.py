@@ -90,7 +90,7 @@ def test_bisection_entmax_at_8192_keys_is_refused_for_its_work(numpy_client: Tes
 
 
 def test_auto_skips_an_engine_over_the_memory_budget(tmp_path: Any) -> None:
-    """relu on ONNX materialises the scores several times; under a budget that only numpy fits,
+    """ReLU on ONNX materialises the scores several times; under a budget that only numpy fits,
     auto runs numpy and says why, and a request naming onnx is refused with 413.
     """
     with TestClient(create_app(Settings(memory_budget_bytes=96 << 20)), raise_server_exceptions=False) as c:
