@@ -14,6 +14,15 @@ masked), ``A = normalizer(Z)`` and ``O = A V``, for an upstream gradient ``dO``
   extra product;
 * ``grad_temperature = -sum(dZ * Z) / T`` over unmasked positions.
 
+ReLU is the exception to the order above: ``relu(Z) / sum(relu(Z))`` does not
+change when ``Z`` is multiplied by a positive number, so its weights are those
+of ``T = 1`` whatever the temperature (the forward pass already leaves the
+temperature out for it). Its backward pass therefore runs at ``T = 1`` too, and
+a temperature that would overflow the scores (``1e-40`` in float32) is no
+error there either; its ``grad_temperature`` is exactly 0 (Euler's theorem for
+a function homogeneous of degree 0: ``sum_j Z_j dA_i/dZ_j = 0``), and its
+Jacobian norms are those at ``T = 1`` times ``T`` (``J(Z / T) = T J(Z)``).
+
 Masked positions get exactly zero gradient (every normalizer's Jacobian is zero
 off its support, and masked weights are exactly 0); fully masked rows give zero
 gradients, never NaN.
@@ -29,7 +38,7 @@ from __future__ import annotations
 import math
 import threading
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -271,7 +280,9 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
             f"unknown return values {sorted(unknown)}; choose from {', '.join(BACKWARD_RETURNS)}", ("return",)
         )
     want = bt.want
-    p = _prepare(task.inputs, params, task.dtype)
+    # relu's weights do not depend on the temperature: compute at T = 1 (module docstring)
+    temperature_free = params.normalizer == "relu"
+    p = _prepare(task.inputs, replace(params, temperature=1.0) if temperature_free else params, task.dtype)
     d = p.dims
     dtype = p.q.dtype
     lead = task.inputs.query.shape[:-1]
@@ -327,7 +338,8 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
             if w5 is not None:
                 _chunk_rows(w5, c)[...] = a
             if norms5 is not None:
-                norms5[c.b, c.kv, c.g, c.l] = jacobian_norms(normalizer, a, z=z, alpha=alpha).reshape(nkv, ng, nl)
+                chunk_norms = jacobian_norms(normalizer, a, z=z, alpha=alpha).reshape(nkv, ng, nl)
+                norms5[c.b, c.kv, c.g, c.l] = chunk_norms * params.temperature if temperature_free else chunk_norms
             d_o = _chunk_rows(go5, c)
             dv_part = np.matmul(a.transpose(0, 2, 1), d_o) if dv is not None else None
             dk_part = gm_part = None
@@ -351,7 +363,7 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
                 if dk is not None:
                     dk_part = np.matmul(dz.transpose(0, 2, 1), _chunk_rows(p.q5, c))
                     dk_part *= factor
-                if "grad_temperature" in want:
+                if "grad_temperature" in want and not temperature_free:
                     t_part = float(np.sum(dz * np.where(np.isneginf(z), 0, z), dtype=np.float64))
                 if gm5 is not None:
                     target = _mask_chunk(gm5, c)
@@ -379,7 +391,7 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
         for c in chunks:
             work(c)
 
-    T = params.temperature
+    T = 1.0 if temperature_free else params.temperature  # the temperature the gradients were computed at
     scale = params.scale if params.scale is not None else 1.0 / math.sqrt(d.E)
     result = BackwardResult(valid_keys=p.valid_keys)
     for name, arr in (("grad_query", dq), ("grad_key", dk), ("grad_value", dv), ("output", output)):
@@ -397,7 +409,7 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
     if "grad_scale" in want and dq is not None:
         result.grad_scale = float(np.sum(p.q.astype(np.float64) * dq, dtype=np.float64) / scale)
     if "grad_temperature" in want:
-        result.grad_temperature = -temperature_sum[0] / T
+        result.grad_temperature = 0.0 if temperature_free else -temperature_sum[0] / T
     if gm4 is not None and mask is not None:
         result.grad_mask = (gm4 / T).astype(dtype).reshape(np.asarray(mask).shape)
     if output is not None:

@@ -257,3 +257,23 @@ def test_onnx_backward_choices_over_http(onnx_client) -> None:
         loc=["engine"],
         detail="no ONNX backward graph",
     )
+
+
+def test_relu_at_a_temperature_that_overflows_float32_scores(client) -> None:
+    """The forward leaves the temperature out for relu (its weights do not depend on it); so does the backward."""
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 2, 4, 3)).astype(np.float32).tolist() for _ in range(3))
+    body = {"query": q, "key": k, "value": v, "normalizer": "relu", "grad_output": v}
+    ret = ["grad_query", "grad_key", "grad_value", "grad_scale", "grad_temperature", "weights"]
+    answers = [
+        client.post("/v1/attention/backward", json={**body, "temperature": t, "return": ret}) for t in (1.0, 1e-40)
+    ]
+    assert [a.status_code for a in answers] == [200, 200], answers[1].text
+    at_one, tiny = (a.json() for a in answers)
+    for name in ("grad_query", "grad_key", "grad_value", "weights", "grad_scale"):
+        assert tiny[name] == at_one[name], name
+    assert tiny["grad_temperature"] == 0.0
+    forward_body = {key: value for key, value in body.items() if key != "grad_output"}
+    forward = client.post("/v1/attention", json={**forward_body, "temperature": 1e-40, "return": ["weights"]})
+    assert forward.status_code == 200
+    np.testing.assert_allclose(np.array(forward.json()["weights"]), np.array(tiny["weights"]), rtol=1e-6)

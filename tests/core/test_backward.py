@@ -267,3 +267,38 @@ def test_float32_overflow_is_a_numerical_error() -> None:
     task = AttentionTask(AttentionInputs(q, q, q), AttentionParams(scale=1.0), np.dtype(np.float32))
     with pytest.raises(NumericalError):
         run_backward(BackwardTask(task, np.ones((2, 2), dtype=np.float32)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_backward_does_not_depend_on_the_temperature(dtype: type) -> None:
+    """relu(Z / T) / sum(relu(Z / T)) is the same for every T > 0: so are its gradients, its temperature
+    gradient is 0, and a temperature that overflows float32 scores is no error (as in the forward pass).
+    """
+    rng = np.random.default_rng(7)
+    q, k, v = (rand(rng, 2, 2, 5, 3).astype(dtype) for _ in range(3))
+    mask = rand(rng, 2, 2, 5, 5).astype(dtype)
+    g = rand(rng, 2, 2, 5, 3).astype(dtype)
+    want = ALL | {"gradient_health"}
+
+    def backward(temperature: float) -> Any:
+        params = AttentionParams(normalizer="relu", scale=0.9, temperature=temperature)
+        return run_backward(
+            BackwardTask(AttentionTask(AttentionInputs(q, k, v, mask), params, np.dtype(dtype)), g, want=want)
+        )
+
+    at_one = backward(1.0)
+    assert np.abs(at_one.grad_query).max() > 0.1  # rows with several positive scores: a real gradient
+    for temperature in (0.3, 1e-30, 1e-40):
+        r = backward(temperature)
+        for name in ("grad_query", "grad_key", "grad_value", "grad_mask", "output", "weights"):
+            np.testing.assert_array_equal(getattr(r, name), getattr(at_one, name), err_msg=name)
+        assert r.grad_scale == at_one.grad_scale
+        assert r.grad_temperature == 0.0
+        assert r.gradient_health is not None and at_one.gradient_health is not None
+        np.testing.assert_allclose(  # J(Z / T) = T J(Z)
+            r.gradient_health.mean_jacobian_norm, temperature * at_one.gradient_health.mean_jacobian_norm, rtol=1e-12
+        )
+    params = AttentionParams(normalizer="relu", scale=0.9, temperature=1e-40)
+    forward = attention(q, k, v, mask=mask, params=params, dtype=dtype)
+    # the forward's relu sums in float64, the backward's in the request's precision
+    np.testing.assert_allclose(forward.weights, at_one.weights, rtol=1e-6 if dtype == np.float32 else 1e-12)
