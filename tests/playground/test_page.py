@@ -121,6 +121,13 @@ def test_heatmap_masks(page: Any, shots: Path) -> None:
 
     page.check("#causal")
     page.wait_for_selector('#heatmaps[data-key="true|false|softmax|1.0"]', timeout=20_000)
+    # the cells are redrawn once per event the checkbox fires (input, change): wait until the last
+    # drawing has its style (a cell of weight 0 is painted with nothing)
+    page.wait_for_function(
+        "[...document.querySelectorAll('#heatmaps rect.cell')].every("
+        "r => (+r.dataset.w > 0) === (getComputedStyle(r).fill !== 'none'))",
+        timeout=20_000,
+    )
     after = cells(page)
     upper = [c for c in after if c[2] > c[1]]
     lower = [c for c in after if c[2] <= c[1]]
@@ -162,6 +169,10 @@ def test_gradient_sampling_and_calibration_panels(page: Any, page_server: LiveSe
         page.fill("#top-k", "2")
         page.wait_for_function("document.querySelectorAll('#sample-bars rect.bar').length === 4", timeout=20_000)
         page.wait_for_function("document.querySelector('#top-k-value').textContent === '2'")
+        # the label changes at once, the bars when the top-k answer is back (they were 4 before it, too)
+        page.wait_for_function(
+            "document.querySelector('#sample-summary').textContent.startsWith('kept 2 of 4 tokens')", timeout=20_000
+        )
         sampled = page.eval_on_selector_all(
             "#sample-bars rect.bar", "rs => rs.map(r => [+r.dataset.weight, r.dataset.removed])"
         )
