@@ -32,7 +32,7 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from service.core.types import NORMALIZERS, AttentionTask
-from service.observability.tracing import _TRACER, span
+from service.observability.tracing import span
 
 logger = logging.getLogger("service.metrics")
 
@@ -299,11 +299,8 @@ class TimedDispatcher:
     def _timed(self, model: str, run: Any, task: Any, *args: Any, **kwargs: Any) -> Any:
         normalizer = normalizer_label(task)
         t0 = time.perf_counter()
-        if _TRACER.get() is None:  # tracing off (the default): no span to open
+        with span("engine", {"attn.model": model, "attn.normalizer": normalizer}):
             out = run(task, *args, **kwargs)
-        else:
-            with span("engine", {"attn.model": model, "attn.normalizer": normalizer}):
-                out = run(task, *args, **kwargs)
         seconds = time.perf_counter() - t0
         choice = out[1] if isinstance(out, tuple) and len(out) == 2 else None
         name, provider = getattr(choice, "name", None), getattr(choice, "provider", None)

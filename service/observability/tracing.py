@@ -16,8 +16,8 @@ context-variable read.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any
 
@@ -32,15 +32,19 @@ PHASES = {"decode": "decode", "encode": "encode", "diagnostics": "diagnostics"}
 """Timing marks of the handlers that become spans (the engine has a live span of its own)."""
 
 
-@contextmanager
-def span(name: str, attributes: dict[str, Any] | None = None) -> Iterator[None]:
-    """A child span of the current one while tracing is on; nothing otherwise."""
+_NO_SPAN: AbstractContextManager[None] = nullcontext()
+"""What :func:`span` gives while tracing is off (stateless, so one instance serves every call)."""
+
+
+def span(name: str, attributes: dict[str, Any] | None = None) -> AbstractContextManager[Any]:
+    """A child span of the current one while tracing is on; nothing otherwise (a shared no-op context,
+    not a generator: the engine call opens one per request).
+    """
     tracer = _TRACER.get()
     if tracer is None:
-        yield
-        return
-    with tracer.start_as_current_span(name, attributes=attributes):
-        yield
+        return _NO_SPAN
+    cm: AbstractContextManager[Any] = tracer.start_as_current_span(name, attributes=attributes)
+    return cm
 
 
 def record_phases(marks: dict[str, float]) -> None:
