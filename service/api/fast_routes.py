@@ -24,27 +24,20 @@ from service.api import v1, v2
 
 
 async def _infer(request: Request) -> Response:
-    try:
-        return await v2.infer_route(request, request.path_params["model_name"], None)
-    except v2.REQUEST_ERRORS as exc:  # what v2.V2Route does for the FastAPI route
-        return v2.error_response(exc)
-
-
-async def _infer_version(request: Request) -> Response:
+    """Both inference paths: with and without ``/versions/{model_version}``."""
     params = request.path_params
-    try:
-        return await v2.infer_route(request, params["model_name"], params["model_version"])
-    except v2.REQUEST_ERRORS as exc:
-        return v2.error_response(exc)
+    return await v2.infer_route(request, params["model_name"], params.get("model_version"))
 
+
+_infer_answering_errors = v2.answering_errors(_infer)  # as v2.V2Route wraps the FastAPI routes
 
 FAST_ROUTES = (
     Route("/v1/attention", v1.post_attention, methods=["POST"], include_in_schema=False),
     Route("/v1/softmax", v1.post_softmax, methods=["POST"], include_in_schema=False),
-    Route("/v2/models/{model_name}/infer", _infer, methods=["POST"], include_in_schema=False),
+    Route("/v2/models/{model_name}/infer", _infer_answering_errors, methods=["POST"], include_in_schema=False),
     Route(
         "/v2/models/{model_name}/versions/{model_version}/infer",
-        _infer_version,
+        _infer_answering_errors,
         methods=["POST"],
         include_in_schema=False,
     ),

@@ -78,19 +78,26 @@ def error_response(exc: ProblemError | InvalidInput | NumericalError | Starlette
     return protocol_error_response(exc.status_code, exc.detail if isinstance(exc.detail, str) else "error", exc.headers)
 
 
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+def answering_errors(handler: Handler) -> Handler:
+    """``handler`` with every request error answered as the protocol's ``{"error": message}``."""
+
+    async def route(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except REQUEST_ERRORS as exc:
+            return error_response(exc)
+
+    return route
+
+
 class V2Route(APIRoute):
     """Answers every error of a /v2 route as ``{"error": message}``, never problem+json."""
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def route(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except REQUEST_ERRORS as exc:
-                return error_response(exc)
-
-        return route
+    def get_route_handler(self) -> Handler:
+        return answering_errors(super().get_route_handler())
 
 
 # --------------------------------------------------------------------------- models
