@@ -63,6 +63,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # E402: the service imports only after ROOT is on sys.path (the benchmark runs as a script).
+from timing import median_time  # noqa: E402  (bench/ is on sys.path: run as a script)
+
 from service.api import v1, v2  # noqa: E402
 from service.api.schemas import AttentionRequest  # noqa: E402
 from service.api.wire import json_response, parse_json_object  # noqa: E402
@@ -272,18 +274,9 @@ def json_codec_floor(body: bytes, answer: bytes, repeat: int = 30) -> dict[str, 
 
     outputs = [np.asarray(o["data"], dtype=np.float32) for o in orjson.loads(answer)["outputs"]]
 
-    def median_ms(fn: Callable[[], object]) -> float:
-        fn()
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times) * 1e3
-
     return {
-        "parse": median_ms(lambda: simdjson.Parser().parse(body)),
-        "write": median_ms(lambda: orjson.dumps(outputs, option=orjson.OPT_SERIALIZE_NUMPY)),
+        "parse": median_time(lambda: simdjson.Parser().parse(body), repeat) * 1e3,
+        "write": median_time(lambda: orjson.dumps(outputs, option=orjson.OPT_SERIALIZE_NUMPY), repeat) * 1e3,
     }
 
 

@@ -24,13 +24,13 @@ import http.client
 import os
 import platform
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,8 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from timing import median_time  # noqa: E402  (bench/ is on sys.path: run as a script)
 
 from service.api.logits import _sample_response  # noqa: E402
 from service.app import create_app  # noqa: E402
@@ -96,15 +98,8 @@ def plain(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return tokens, p
 
 
-def median_ms(fn, repeats: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+def median_ms(fn: Callable[[], object], repeats: int) -> float:
+    return median_time(fn, repeats) * 1e3
 
 
 def free_port() -> int:
