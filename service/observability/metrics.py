@@ -31,7 +31,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from service.core.types import NORMALIZERS, AttentionTask
+from service.core.types import NORMALIZERS
 from service.observability.tracing import span
 
 logger = logging.getLogger("service.metrics")
@@ -229,8 +229,6 @@ class ServiceMetrics:
 
 def normalizer_label(task: Any) -> str:
     """The task's normalizer as a metric label: one of :data:`NORMALIZERS`, else ``other`` (bounded)."""
-    if isinstance(task, AttentionTask):
-        return task.params.normalizer if task.params.normalizer in NORMALIZERS else "other"
     params = getattr(task, "params", None) or getattr(getattr(task, "task", None), "params", None)
     normalizer = getattr(params, "normalizer", None)
     return normalizer if normalizer in NORMALIZERS else "other"
