@@ -425,31 +425,42 @@ def _chunk_keep(p: _Prepared, c: _Chunk) -> np.ndarray | None:
     return None if drop is None else ~drop
 
 
-def _relu_chunk(p: _Prepared, c: _Chunk, scores_out: np.ndarray | None) -> np.ndarray:
-    """ReLU weights of chunk ``c`` (kv heads, rows, S) in float64, from ``y = scale * Q K^T + bias``.
+def _relu_weights(
+    p: _Prepared,
+    q: np.ndarray,
+    k: np.ndarray,
+    bias: np.ndarray | None,
+    drop: np.ndarray | None,
+    scores_out: np.ndarray | None,
+) -> np.ndarray:
+    """ReLU weights (..., G * L, S) in float64 from ``y = scale * Q K^T + bias``, for queries ``q``
+    (..., G, L, E) against keys ``k`` (..., S, E); ``bias`` and ``drop`` broadcast to (..., G, L, S).
 
     ``relu(y / T) / sum relu(y / T)`` does not depend on T > 0, so the temperature is left out (a
     temperature of 1e300, or one that makes the scores overflow, cannot turn a row into zeros), and y is
     formed in float64, where a float32 request's scores can neither overflow nor underflow. The row is
     then scaled by its largest value before summing (semantics.md; :func:`normalizers.relu_normalize`).
-    ``scores_out`` (when given) receives the scores ``y / T`` rounded to the compute dtype.
+    ``scores_out`` (when given, shaped as the weights) receives the scores ``y / T`` rounded to its dtype.
     """
-    d = p.dims
-    q = p.q5[c.b, c.kv, c.g, c.l].astype(np.float64)
-    nkv, ng, nl = q.shape[0], q.shape[1], q.shape[2]
-    y = np.matmul(q.reshape(nkv, ng * nl, d.E), p.k[c.b, c.kv].astype(np.float64).transpose(0, 2, 1))
+    *lead, G, L, E = q.shape
+    y = np.matmul(q.astype(np.float64).reshape(*lead, G * L, E), k.astype(np.float64).swapaxes(-1, -2))
     y *= p.scale
-    y4 = y.reshape(nkv, ng, nl, d.S)
-    bias = _mask_chunk(p.raw_bias5, c)
+    grouped = y.reshape(*lead, G, L, y.shape[-1])
     if bias is not None:
-        y4 += bias
-    drop = _mask_chunk(p.drop5, c)
+        grouped += bias
     if drop is not None:
-        np.copyto(y4, -np.inf, where=drop)
+        np.copyto(grouped, -np.inf, where=drop)
     if scores_out is not None:
         scores_out[...] = y / p.temperature
-        check_scores_finite(scores_out.reshape(y4.shape), _chunk_keep(p, c), scores_out.dtype)
+        check_scores_finite(scores_out.reshape(grouped.shape), None if drop is None else ~drop, scores_out.dtype)
     return normalizers.relu_normalize(y)
+
+
+def _relu_chunk(p: _Prepared, c: _Chunk, scores_out: np.ndarray | None) -> np.ndarray:
+    """ReLU weights of chunk ``c`` (kv heads, rows, S) in float64 (:func:`_relu_weights`)."""
+    return _relu_weights(
+        p, p.q5[c.b, c.kv, c.g, c.l], p.k[c.b, c.kv], _mask_chunk(p.raw_bias5, c), _mask_chunk(p.drop5, c), scores_out
+    )
 
 
 def _forward_chunk(
@@ -532,20 +543,7 @@ def _forward_small(
     drop5 = p.drop5
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         if normalizer == "relu":  # as _relu_chunk: float64 scores, no temperature
-            y = np.matmul(
-                p.q5.astype(np.float64).reshape(B, Hkv, GL, d.E), p.k.astype(np.float64).transpose(0, 1, 3, 2)
-            )
-            y *= p.scale
-            y5 = y.reshape(z5.shape)
-            if p.raw_bias5 is not None:
-                y5 += p.raw_bias5
-            if drop5 is not None:
-                np.copyto(y5, -np.inf, where=drop5)
-            if scores is not None:
-                scores_z = scores.reshape(z.shape)
-                scores_z[...] = y / p.temperature
-                check_scores_finite(scores_z.reshape(y5.shape), None if drop5 is None else ~drop5, dtype)
-            a = normalizers.relu_normalize(y)
+            a = _relu_weights(p, p.q5, p.k, p.raw_bias5, drop5, None if scores is None else scores.reshape(z.shape))
             if weights is not None:
                 z[...] = a
                 np.matmul(z, p.v, out=out)
