@@ -14,6 +14,7 @@ beyond the result is one chunk per thread.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -636,14 +637,24 @@ def _forward_chunked(
     output5 = _split_heads(output, d)
     weights5 = None if weights is None else _split_heads(weights, d)
     scores5 = None if scores is None else _split_heads(scores, d)
-    total = d.B * d.Hq * d.L * d.S
-    parallel = executor is not None and workers > 1 and total >= PARALLEL_MIN_ELEMENTS
-    budget = max(MIN_CHUNK_ELEMENTS, min(CHUNK_ELEMENTS, -(-total // workers))) if parallel else CHUNK_ELEMENTS
-    chunks = _chunks(d, budget)
 
     def work(c: _Chunk) -> None:
         _forward_chunk(p, c, params.normalizer, params.alpha, output5, weights5, scores5)
 
+    run_chunks(d, work, executor, workers)
+
+
+def run_chunks(d: Dims, work: Callable[[_Chunk], None], executor: Executor | None, workers: int) -> None:
+    """Call ``work`` on every chunk of query rows of a task of sizes ``d`` (the forward and backward passes).
+
+    A task of at least :data:`PARALLEL_MIN_ELEMENTS` scores, given an ``executor`` of ``workers > 1``
+    threads, is cut into about one chunk per worker (at least :data:`MIN_CHUNK_ELEMENTS` scores each)
+    and run there; otherwise into chunks of :data:`CHUNK_ELEMENTS` scores, in turn on this thread.
+    """
+    total = d.B * d.Hq * d.L * d.S
+    parallel = executor is not None and workers > 1 and total >= PARALLEL_MIN_ELEMENTS
+    budget = max(MIN_CHUNK_ELEMENTS, min(CHUNK_ELEMENTS, -(-total // workers))) if parallel else CHUNK_ELEMENTS
+    chunks = _chunks(d, budget)
     if parallel and len(chunks) > 1:
         assert executor is not None
         for _ in executor.map(work, chunks):

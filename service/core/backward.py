@@ -45,15 +45,11 @@ import numpy as np
 
 from service.core import normalizers
 from service.core.attention import (
-    CHUNK_ELEMENTS,
-    MIN_CHUNK_ELEMENTS,
-    PARALLEL_MIN_ELEMENTS,
     _Chunk,
     _chunk_keep,
     _chunk_rows,
     _chunk_scores,
     _chunk_valid,
-    _chunks,
     _mask5,
     _mask_chunk,
     _prepare,
@@ -61,6 +57,7 @@ from service.core.attention import (
     check_live_rows,
     check_scores_finite,
     promote_to_4d,
+    run_chunks,
 )
 from service.core.errors import InvalidInput, NumericalError
 from service.core.masks import as_4d_mask
@@ -253,12 +250,6 @@ def checked_gradient(arr: np.ndarray, expected: tuple[int, ...], name: str, what
     return out
 
 
-def _parallel_budget(total: int, executor: Executor | None, workers: int) -> tuple[bool, int]:
-    parallel = executor is not None and workers > 1 and total >= PARALLEL_MIN_ELEMENTS
-    budget = max(MIN_CHUNK_ELEMENTS, min(CHUNK_ELEMENTS, -(-total // workers))) if parallel else CHUNK_ELEMENTS
-    return parallel, budget
-
-
 # --------------------------------------------------------------------------- the backward pass
 
 
@@ -380,16 +371,7 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
                 target += gm_part
             temperature_sum[0] += t_part
 
-    total = d.B * d.Hq * d.L * d.S
-    parallel, budget = _parallel_budget(total, executor, workers)
-    chunks = _chunks(d, budget)
-    if parallel and len(chunks) > 1:
-        assert executor is not None
-        for _ in executor.map(work, chunks):
-            pass
-    else:
-        for c in chunks:
-            work(c)
+    run_chunks(d, work, executor, workers)
 
     T = 1.0 if temperature_free else params.temperature  # the temperature the gradients were computed at
     scale = params.scale if params.scale is not None else 1.0 / math.sqrt(d.E)

@@ -183,12 +183,7 @@ def test_float32_agrees_with_float64_and_threads_do_not_change_results(monkeypat
     assert f32.grad_scale == pytest.approx(ref.grad_scale, abs=1e-4)
     monkeypatch.setattr(core, "CHUNK_ELEMENTS", 20)
     monkeypatch.setattr(core, "MIN_CHUNK_ELEMENTS", 1)
-    monkeypatch.setattr(core, "PARALLEL_MIN_ELEMENTS", 1)
-    import service.core.backward as bw
-
-    monkeypatch.setattr(bw, "CHUNK_ELEMENTS", 20)
-    monkeypatch.setattr(bw, "MIN_CHUNK_ELEMENTS", 1)
-    monkeypatch.setattr(bw, "PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(core, "PARALLEL_MIN_ELEMENTS", 1)  # the backward is chunked by core.run_chunks too
     with ThreadPoolExecutor(2) as ex:
         chunked = run_backward(
             BackwardTask(AttentionTask(AttentionInputs(q, k, v, mask), params, np.dtype(np.float64)), g, want=want),
