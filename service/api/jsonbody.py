@@ -218,6 +218,40 @@ def _convert_object(obj: simdjson.Object, lazy: _Lazy) -> tuple[dict[str, Any], 
     return out, brackets
 
 
+Converted = tuple[Any, int]
+"""A top-level value as Python (tensor arrays left lazy) and the ``[`` characters of the body it accounts for."""
+
+
+def _plain(value: Any) -> Converted:
+    converted = _to_python(value)
+    return converted, _brackets(converted)
+
+
+def _parse_lazily(
+    body: bytes,
+    on_error: Callable[[orjson.JSONDecodeError], Exception],
+    convert: Callable[[str, Any, _Lazy], Converted],
+) -> Any:
+    """A large body parsed by simdjson, each top-level ``(key, value)`` converted by ``convert``; what orjson
+    gives when simdjson refuses the body, its root is not an object, or a key is repeated.
+    """
+    root = _parse_simdjson(body)
+    if not isinstance(root, simdjson.Object):
+        return _loads(body, on_error)
+    lazy = _Lazy()
+    out: dict[str, Any] = {}
+    rest = 0
+    try:
+        for key, value in _items(root):
+            out[key], brackets = convert(key, value, lazy)
+            rest += key.count("[") + brackets
+    except _Duplicate:
+        return _loads(body, on_error)
+    if lazy.arrays:
+        lazy.verify(body, rest)
+    return out
+
+
 def parse_object(
     body: bytes,
     tensor_fields: Iterable[str],
@@ -229,63 +263,34 @@ def parse_object(
     wanted = frozenset(tensor_fields)
     if len(body) < SIMDJSON_MIN_BYTES or not wanted:
         return _loads(body, on_error)
-    root = _parse_simdjson(body)
-    if not isinstance(root, simdjson.Object):
-        return _loads(body, on_error)
-    lazy = _Lazy()
-    out: dict[str, Any] = {}
-    rest = 0
-    try:
-        for key, value in _items(root):
-            rest += key.count("[")
-            if key in wanted and isinstance(value, simdjson.Object):
-                out[key], brackets = _convert_object(value, lazy)
-                rest += brackets
-            elif key in wanted:
-                out[key] = lazy.wrap(value)
-            else:
-                out[key] = _to_python(value)
-                rest += _brackets(out[key])
-    except _Duplicate:
-        return _loads(body, on_error)
-    if lazy.arrays:
-        lazy.verify(body, rest)
-    return out
+
+    def convert(key: str, value: Any, lazy: _Lazy) -> Converted:
+        if key not in wanted:
+            return _plain(value)
+        if isinstance(value, simdjson.Object):
+            return _convert_object(value, lazy)
+        return lazy.wrap(value), 0
+
+    return _parse_lazily(body, on_error, convert)
 
 
 def parse_infer_request(body: bytes, on_error: Callable[[orjson.JSONDecodeError], Exception]) -> Any:
     """Parse an inference request (Open Inference Protocol); ``inputs[i].data`` stay :class:`JsonArray` when large."""
     if len(body) < SIMDJSON_MIN_BYTES:
         return _loads(body, on_error)
-    root = _parse_simdjson(body)
-    if not isinstance(root, simdjson.Object):
-        return _loads(body, on_error)
-    lazy = _Lazy()
-    out: dict[str, Any] = {}
-    rest = 0
-    try:
-        for key, value in _items(root):
-            rest += key.count("[")
-            if key == "inputs" and isinstance(value, simdjson.Array):
-                rest += 1
-                inputs: list[Any] = []
-                for item in value:
-                    if isinstance(item, simdjson.Object):
-                        spec, brackets = _convert_object(item, lazy)
-                        rest += brackets
-                        inputs.append(spec)
-                    else:
-                        inputs.append(_to_python(item))
-                        rest += _brackets(inputs[-1])
-                out[key] = inputs
-            else:
-                out[key] = _to_python(value)
-                rest += _brackets(out[key])
-    except _Duplicate:
-        return _loads(body, on_error)
-    if lazy.arrays:
-        lazy.verify(body, rest)
-    return out
+
+    def convert(key: str, value: Any, lazy: _Lazy) -> Converted:
+        if key != "inputs" or not isinstance(value, simdjson.Array):
+            return _plain(value)
+        inputs: list[Any] = []
+        brackets = 1
+        for item in value:
+            spec, item_brackets = _convert_object(item, lazy) if isinstance(item, simdjson.Object) else _plain(item)
+            inputs.append(spec)
+            brackets += item_brackets
+        return inputs, brackets
+
+    return _parse_lazily(body, on_error, convert)
 
 
 # --------------------------------------------------------------------------- precise JSON errors
