@@ -15,7 +15,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,31 +70,16 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: floa
     raise RuntimeError(f"the server was not ready within {timeout} s:\n{log.read_text()[-4000:]}")
 
 
-@pytest.fixture(scope="session")
-def live_server() -> Iterator[LiveServer]:
-    host, port = "127.0.0.1", free_port()
+@contextmanager
+def started(args: Sequence[str], port: int, env: Mapping[str, str], host: str = "127.0.0.1") -> Iterator[LiveServer]:
+    """``python <args>`` (a server on ``host:port``) with ``env`` added to the environment, once it answers
+    ``/readyz``; stopped afterwards (SIGTERM, then SIGKILL).
+    """
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "server.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "--factory",
-                    "service.asgi:create_app_from_env",
-                    "--host",
-                    host,
-                    "--port",
-                    str(port),
-                    "--log-level",
-                    "warning",
-                    "--no-access-log",
-                ],
-                cwd=ROOT,
-                env={**os.environ, **LIVE_ENV},
-                stdout=out,
-                stderr=subprocess.STDOUT,
+                [sys.executable, *args], cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT
             )
             try:
                 wait_ready(f"http://{host}:{port}", proc, log)
@@ -105,3 +91,11 @@ def live_server() -> Iterator[LiveServer]:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def live_server() -> Iterator[LiveServer]:
+    host, port = "127.0.0.1", free_port()
+    factory = ["-m", "uvicorn", "--factory", "service.asgi:create_app_from_env", "--host", host, "--port", str(port)]
+    with started([*factory, "--log-level", "warning", "--no-access-log"], port, LIVE_ENV, host) as server:
+        yield server
