@@ -145,9 +145,13 @@ def send(
 
 
 @contextmanager
-def server(cmd: list[str], ready_url: str, log: Path, timeout: float = 300) -> Iterator[None]:
+def server(
+    cmd: list[str], ready_url: str, log: Path, timeout: float = 300, env: dict[str, str] | None = None
+) -> Iterator[None]:
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **SERVER_ENV}, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env={**os.environ, **SERVER_ENV, **(env or {})}, stdout=out, stderr=subprocess.STDOUT
+        )
         try:
             deadline = time.monotonic() + timeout
             while True:

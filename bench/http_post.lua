@@ -14,8 +14,8 @@ end
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
-    "BENCH {\"requests\": %d, \"duration_us\": %d, \"p50_us\": %d, \"p99_us\": %d, \"mean_us\": %.1f, " ..
-    "\"non_2xx\": %d, \"socket_errors\": %d}\n",
-    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99), latency.mean,
-    e.status, e.connect + e.read + e.write + e.timeout))
+    "BENCH {\"requests\": %d, \"duration_us\": %d, \"p50_us\": %d, \"p99_us\": %d, \"p999_us\": %d, " ..
+    "\"max_us\": %d, \"mean_us\": %.1f, \"non_2xx\": %d, \"socket_errors\": %d}\n",
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99), latency:percentile(99.9),
+    latency.max, latency.mean, e.status, e.connect + e.read + e.write + e.timeout))
 end

@@ -33,7 +33,7 @@ from service.engines.numpy_engine import NumpyEngine
 from service.middleware import install_hardening
 from service.observability.tracing import install_tracing
 from service.playground import install_playground
-from service.runtime import Runtime
+from service.runtime import Runtime, freeze_startup_heap
 from service.settings import Settings
 
 logger = logging.getLogger("service")
@@ -109,6 +109,8 @@ def create_app(
             runtime.start_engines()
             if callable(record):  # attn_engine_ready: which engines serve (degraded mode shows a 0)
                 record({name: bool(engine.ready) for name, engine in runtime.engines.items()})
+            if settings.gc_freeze:
+                freeze_startup_heap()
 
         if callable(record):
             record(dict.fromkeys(runtime.engines, False))

@@ -6,6 +6,7 @@ Built by :func:`service.app.create_app` and reached by routes through
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -18,6 +19,29 @@ from service.engines.dispatch import EngineDispatcher
 from service.settings import Settings
 
 logger = logging.getLogger("service")
+
+_heap_frozen = threading.Lock()
+"""Held for good by the first :func:`freeze_startup_heap` of the process."""
+
+
+def freeze_startup_heap() -> bool:
+    """Collect garbage, then move every tracked object into the permanent generation; once per process.
+
+    A full (generation 2) collection walks every container object alive, and a
+    started service holds some 70,000 of them (modules, FastAPI's routes and
+    schemas, the engines): about 20 ms of the event loop, seen as a pause by
+    every request in flight. After ``gc.freeze`` the collector ignores those
+    objects (https://docs.python.org/3/library/gc.html#gc.freeze), so a full
+    collection walks only what was created since. Objects alive at the freeze
+    that later become cyclic garbage are never freed, hence once per process,
+    after start-up. True when this call froze the heap.
+    """
+    if not _heap_frozen.acquire(blocking=False):
+        return False
+    gc.collect()
+    gc.freeze()
+    logger.debug("start-up heap frozen: %d objects", gc.get_freeze_count())
+    return True
 
 
 @dataclass

@@ -59,6 +59,12 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
     workers: int = Field(1, ge=1, le=64)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    gc_freeze: bool = Field(
+        True,
+        description="Once the engines have started, collect garbage and move every object alive then into the "
+        "garbage collector's permanent generation (gc.freeze), once per process: later full collections skip the "
+        "start-up heap (~20 ms each with it, a pause of every request in flight).",
+    )
 
     # Input limits (422 past them)
     max_rank: int = Field(4, ge=2, le=4, description="Largest tensor rank accepted (2 to 4).")

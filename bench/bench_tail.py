@@ -1,0 +1,89 @@
+"""Tail latency of tiny requests with and without the frozen start-up heap (``ATTN_GC_FREEZE``), in one run.
+
+    python bench/bench_tail.py [--duration 15] [--rounds 3]
+
+Needs wrk (as ``bench/bench_http.py``). Starts the service twice the way
+production runs it (``python -m service serve``), one with ``ATTN_GC_FREEZE``
+true (the default) and one with it false, and sends each, in alternating
+rounds, one client's stream of (1, 1, 4, 4) ``/v2`` JSON requests with
+diagnostics (``bench/http_post.lua``, one connection). A full collection of
+the unfrozen heap pauses the event loop for ~20 ms, which only the highest
+percentiles show: the table gives p50, p99, p99.9 and the maximum of each
+round, and the ratios of the two servers' p99.9 and maxima (medians of the
+rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench_http import SMALL, free_port, load, machine, server, v2_body, wrk
+
+VARIANTS = {"frozen (ATTN_GC_FREEZE=true)": "true", "not frozen (ATTN_GC_FREEZE=false)": "false"}
+PATH = "/v2/models/attention/infer"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=15, help="seconds of wrk per round and server")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    body, headers = v2_body(SMALL, False)
+    load_start = load()
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmpdir = Path(tmp)
+        body_file = tmpdir / "body"
+        body_file.write_bytes(body)
+        ports = {name: free_port() for name in VARIANTS}
+        cmd = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port"]
+        with (
+            server(
+                [*cmd, str(ports[a := next(iter(VARIANTS))])],
+                f"http://127.0.0.1:{ports[a]}/readyz",
+                tmpdir / "a.log",
+                env={"ATTN_GC_FREEZE": VARIANTS[a]},
+            ),
+            server(
+                [*cmd, str(ports[b := list(VARIANTS)[1]])],
+                f"http://127.0.0.1:{ports[b]}/readyz",
+                tmpdir / "b.log",
+                env={"ATTN_GC_FREEZE": VARIANTS[b]},
+            ),
+        ):
+            for port in ports.values():  # warm-up
+                wrk("POST", f"http://127.0.0.1:{port}{PATH}", body_file, headers, 1, 2)
+            for r in range(args.rounds):
+                for name, port in ports.items():
+                    result = wrk("POST", f"http://127.0.0.1:{port}{PATH}", body_file, headers, 1, args.duration)
+                    if result["non_2xx"] or result["socket_errors"]:
+                        raise SystemExit(f"{name}: {result}")
+                    runs[name].append(result)
+                    print(f"  round {r + 1} {name}: {result}", file=sys.stderr)
+    print(f"### Tail latency, one run of `python bench/bench_tail.py` ({round(args.duration)} s x {args.rounds})\n")
+    print(*machine(), sep="\n")
+    print(f"- load average (1, 5, 15 min) at start: {load_start}; at end: {load()}\n")
+    print("| server | round | requests | p50 ms | p99 ms | p99.9 ms | max ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, results in runs.items():
+        for i, x in enumerate(results, 1):
+            print(
+                f"| {name} | {i} | {x['requests']} | {x['p50_us'] / 1e3:.2f} | {x['p99_us'] / 1e3:.2f} "
+                f"| {x['p999_us'] / 1e3:.2f} | {x['max_us'] / 1e3:.2f} |"
+            )
+    frozen, thawed = (runs[name] for name in VARIANTS)
+    print()
+    for key, label in (("p50_us", "p50"), ("p999_us", "p99.9"), ("max_us", "max")):
+        a = statistics.median(x[key] for x in thawed) / 1e3
+        f = statistics.median(x[key] for x in frozen) / 1e3
+        print(f"- {label} (median of rounds): not frozen {a:.2f} ms / frozen {f:.2f} ms = {a / f:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
