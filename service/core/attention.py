@@ -494,21 +494,47 @@ def _forward_chunk(
         _chunk_scores(p, c, z, check=scores5 is not None)
         if scores5 is not None:
             _chunk_rows(scores5, c)[...] = z
-        if normalizer == "softmax":
-            sums, dead = _exp_shifted(z)
-            check_live_rows(dead, _chunk_valid(p, c), z.dtype)
-            if weights5 is not None:
-                z /= sums
-                np.matmul(z, v, out=out)
-            else:  # normalize the (rows, Ev) output instead of the (rows, S) weights
-                np.matmul(z, v, out=out)
-                out /= sums
+        _normalize_and_mix(z, v, out, _chunk_valid(p, c), normalizer, alpha, keep_weights=weights5 is not None)
+
+
+def _normalize_and_mix(
+    z: np.ndarray,
+    v: np.ndarray,
+    out: np.ndarray,
+    valid: np.ndarray,
+    normalizer: str,
+    alpha: float | None,
+    *,
+    keep_weights: bool,
+) -> None:
+    """From the masked scores ``z`` (..., kv heads, rows, S; masked = -inf) to ``out = A v``: the step both
+    forward paths share. ``valid`` counts each row's valid keys (``z``'s shape without S). With
+    ``keep_weights`` the weights A are left in ``z``; else softmax normalizes the (rows, Ev) output
+    instead of the (rows, S) weights. A leading batch axis is normalized one batch at a time, as the
+    chunked path does: the bisection's row blocks depend on the rows they hold.
+    """
+    if normalizer == "softmax":
+        sums, dead = _exp_shifted(z)
+        check_live_rows(dead, valid, z.dtype)
+        if keep_weights:
+            z /= sums
+            np.matmul(z, v, out=out)
         else:
-            check_live_rows(z.max(axis=-1) == -np.inf, _chunk_valid(p, c), z.dtype)
-            a = normalizers.normalize(z, normalizer, alpha=alpha)
-            if weights5 is not None:
-                z[...] = a
-            np.matmul(a, v, out=out)
+            np.matmul(z, v, out=out)
+            out /= sums
+        return
+    check_live_rows(z.max(axis=-1) == -np.inf, valid, z.dtype)
+    if z.ndim == 3:
+        a = normalizers.normalize(z, normalizer, alpha=alpha)
+    elif z.shape[0] == 1:
+        a = normalizers.normalize(z[0], normalizer, alpha=alpha)[None]
+    else:
+        a = np.empty_like(z)
+        for b in range(z.shape[0]):
+            normalizers.normalize(z[b], normalizer, alpha=alpha, out=a[b])
+    if keep_weights:
+        z[...] = a
+    np.matmul(a, v, out=out)
 
 
 # Up to this many scores (B*Hq*L*S) in all, run_attention computes the whole task in one pass
@@ -560,27 +586,9 @@ def _forward_small(
             np.copyto(z5, -np.inf, where=drop5)
         if scores is not None:
             scores.reshape(z.shape)[...] = z
-        valid = p.valid_keys.reshape(B, Hkv, GL)
-        if normalizer == "softmax":
-            sums, dead = _exp_shifted(z)
-            check_live_rows(dead, valid, dtype)
-            if weights is not None:
-                z /= sums
-                np.matmul(z, p.v, out=out)
-            else:
-                np.matmul(z, p.v, out=out)
-                out /= sums
-            return
-        check_live_rows(z.max(axis=-1) == -np.inf, valid, dtype)
-        if B == 1:
-            a = normalizers.normalize(z[0], normalizer, alpha=alpha)[None]
-        else:
-            a = np.empty_like(z)
-            for b in range(B):
-                normalizers.normalize(z[b], normalizer, alpha=alpha, out=a[b])
-        if weights is not None:
-            z[...] = a
-        np.matmul(a, p.v, out=out)
+        _normalize_and_mix(
+            z, p.v, out, p.valid_keys.reshape(B, Hkv, GL), normalizer, alpha, keep_weights=weights is not None
+        )
 
 
 def run_attention(task: AttentionTask, *, executor: Executor | None = None, workers: int = 1) -> AttentionResult:
