@@ -21,11 +21,15 @@ The run:
 
 The issue 8 table compares, in the same run, tiny requests with diagnostics
 to ``GET /healthz`` (target at most 2x) and medium /v2 JSON to medium /v2
-binary (target at most 4x), and says met or missed. Its last row is the floor
-of that JSON request: the bare app carrying the same bytes in and out
-(``POST /bare/sized``), simdjson parsing the body and orjson writing the
-answer's tensors in-process, and the binary request's engine and diagnostics;
-no JSON implementation on this parser, writer and server goes below it.
+binary (target at most 4x), and says met or missed. Its last two rows are
+floors. The tiny one: the bare app answering the tiny /v2 JSON request with
+the service's own maths (``POST /bare/attention``: orjson, ``service.core``'s
+attention and diagnostics, none of the service's parsing, validation, budgets,
+dispatch, metrics or middleware). The medium one: the bare app carrying the
+same bytes in and out (``POST /bare/sized``), simdjson parsing the body and
+orjson writing the answer's tensors in-process, and the binary request's
+engine and diagnostics; no JSON implementation on this parser, writer and
+server goes below it.
 
 Cases: /v1/attention for (1, 1, 4, 4) and (1, 8, 128, 64) with weights and
 diagnostics, tensors as nested JSON lists, flat ``data`` and base64 (with
@@ -77,6 +81,7 @@ BARE_GET = "bare FastAPI GET"
 LIVE_GET = "service GET /v2/health/live"
 HEALTHZ = "service GET /healthz"
 BARE_MEDIUM_JSON = "bare FastAPI POST, medium /v2 JSON sizes (transport floor)"
+BARE_TINY_MATHS = "bare FastAPI POST, tiny /v2 JSON with service.core's maths (numerics floor)"
 LUA = ROOT / "bench" / "http_post.lua"
 SERVER_ENV = {"ATTN_LOG_LEVEL": "warning"}
 
@@ -345,6 +350,11 @@ def print_issue8_ratios(p50: dict[str, float], floor: dict[str, float]) -> None:
     print("|---|---:|---:|---|---|")
     for label, num, den, target in ISSUE8_TARGETS:
         print(ratio_line(label, p50[num], p50[den], f"<= {target:g}x", p50[num] <= target * p50[den]))
+    tiny, healthz = p50[BARE_TINY_MATHS], p50[HEALTHZ]
+    print(
+        f"| floor of tiny `/v2 {SMALL} JSON`: the bare app computing it with service.core, no service layers / "
+        f"`GET /healthz` | {tiny:.2f} / {healthz:.2f} | {tiny / healthz:.2f}x | (lower bound) | |"
+    )
     lower = sum(floor.values())
     binary = p50[f"/v2 {LARGE} binary"]
     parts = " + ".join(f"{name} {ms:.2f}" for name, ms in floor.items())
@@ -407,6 +417,10 @@ def main(argv: list[str] | None = None) -> int:
                     v2_run(body, headers),
                 )
             )
+
+    # The tiny /v2 JSON request computed by the bare app with the service's maths and nothing else.
+    tiny_json, _ = v2_body(SMALL, False)
+    cases.append(Case(BARE_TINY_MATHS, "/bare/attention", tiny_json, {"Content-Type": "application/json"}, bare=True))
 
     # The transport of the medium /v2 JSON request and answer alone: the bare app reads that body and
     # answers as many bytes as the service does.

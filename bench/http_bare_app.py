@@ -1,5 +1,7 @@
 """The HTTP floor for bench/bench_http.py: a bare FastAPI endpoint that returns a constant (POST reads the body first),
-and ``POST /bare/sized?n=N`` that answers N bytes (the transport of a large request and answer alone).
+``POST /bare/sized?n=N`` that answers N bytes (the transport of a large request and answer alone), and
+``POST /bare/attention``, the service's maths with none of its per-request layers (the numerics floor of a
+tiny /v2 request).
 
 Served exactly as the service is (uvicorn with uvloop and httptools, one worker,
 no server header), so the difference between the two is what the service does
@@ -11,9 +13,17 @@ per request beyond HTTP and routing.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
+import numpy as np
+import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the service, when run as a script
+from service.core.attention import AttentionInputs, AttentionParams, AttentionTask, run_attention
+from service.core.diagnostics import attention_diagnostics
 
 app = FastAPI()
 CONSTANT = b'{"ok":true}'
@@ -36,6 +46,37 @@ async def bare_sized(request: Request, n: int) -> Response:
     if body is None:
         body = _SIZED[n] = b"1" * n
     return Response(body, media_type="application/json")
+
+
+async def bare_attention(request: Request) -> Response:
+    """A /v2 JSON attention request (float32 query, key and value) answered with output, weights and diagnostics
+    by the service's own numerics (``service.core``), without its parsing, validation, budgets, dispatch, metrics
+    or middleware: what no implementation on this server and these functions goes below. A plain Starlette
+    route (as the service's data plane, ``service/api/fast_routes.py``), not FastAPI's.
+    """
+    tensors = {
+        t["name"]: np.array(t["data"], dtype=np.float32).reshape(t["shape"])
+        for t in orjson.loads(await request.body())["inputs"]
+    }
+    if not all(np.isfinite(a).all() for a in tensors.values()):
+        return Response(b'{"error":"not finite"}', status_code=400, media_type="application/json")
+    inputs = AttentionInputs(tensors["query"], tensors["key"], tensors["value"])
+    # scores too, as the service computes them for the diagnostics' score statistics
+    result = run_attention(AttentionTask(inputs, AttentionParams("softmax"), need_weights=True, need_scores=True))
+    assert result.weights is not None
+    diagnostics = attention_diagnostics(result.weights, result.valid_keys, scores=result.scores, output=result.output)
+    answer = {
+        "model_name": "attention",
+        "parameters": {"diagnostics": orjson.dumps(diagnostics, option=orjson.OPT_SERIALIZE_NUMPY).decode()},
+        "outputs": [
+            {"name": name, "datatype": "FP32", "shape": list(a.shape), "data": a.reshape(-1)}
+            for name, a in (("output", result.output), ("weights", result.weights))
+        ],
+    }
+    return Response(orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
+
+
+app.add_route("/bare/attention", bare_attention, methods=["POST"])
 
 
 @app.get("/bare")
