@@ -81,7 +81,7 @@ BARE_GET = "bare FastAPI GET"
 LIVE_GET = "service GET /v2/health/live"
 HEALTHZ = "service GET /healthz"
 BARE_MEDIUM_JSON = "bare FastAPI POST, medium /v2 JSON sizes (transport floor)"
-BARE_TINY_MATHS = "bare FastAPI POST, tiny /v2 JSON with service.core's maths (numerics floor)"
+BARE_TINY_MATHS = "bare app POST (a Starlette route), tiny /v2 JSON computed with service.core (numerics floor)"
 LUA = ROOT / "bench" / "http_post.lua"
 SERVER_ENV = {"ATTN_LOG_LEVEL": "warning"}
 
