@@ -46,7 +46,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -67,7 +66,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # E402: the service imports only after ROOT is on sys.path (the benchmark runs as a script).
-from timing import median_time  # noqa: E402  (bench/ is on sys.path: run as a script)
+from ports import free_port  # noqa: E402  (bench/ is on sys.path: run as a script)
+from timing import median_time  # noqa: E402
 
 from service.api import v1, v2  # noqa: E402
 from service.api.schemas import AttentionRequest  # noqa: E402
@@ -130,12 +130,6 @@ def v2_body(shape: tuple[int, ...], binary: bool) -> tuple[bytes, dict[str, str]
 
 
 # --------------------------------------------------------------------------- servers and wrk
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def send(

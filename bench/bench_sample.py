@@ -23,7 +23,6 @@ import base64
 import http.client
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,8 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from timing import median_time  # noqa: E402  (bench/ is on sys.path: run as a script)
+from ports import free_port  # noqa: E402  (bench/ is on sys.path: run as a script)
+from timing import median_time  # noqa: E402
 
 from service.api.logits import _sample_response  # noqa: E402
 from service.app import create_app  # noqa: E402
@@ -100,12 +100,6 @@ def plain(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
     return median_time(fn, repeats) * 1e3
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_server(port: int, log: Path) -> subprocess.Popen[bytes]:

@@ -39,7 +39,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+from ports import free_port  # bench/ is on sys.path: run as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 LUA = ROOT / "bench" / "load_mix.lua"
@@ -106,12 +106,6 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_counters(url: str) -> dict[str, float]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.engines.numpy_engine import NumpyEngine
 from service.settings import Settings
+from tests.e2e.conftest import free_port
 
 ATTENTION = {"query": [[1.0, 0.0], [0.0, 1.0]], "key": [[1.0, 0.0], [0.0, 1.0]], "value": [[1.0, 2.0], [3.0, 4.0]]}
 SOFTMAX = {"logits": [1.0, 2.0, 3.0]}
@@ -105,12 +105,6 @@ def promtool_check(text: str) -> None:
 # -- live servers ---------------------------------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LiveServer:

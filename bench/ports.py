@@ -1,0 +1,12 @@
+"""A free TCP port on the loopback for the benchmarks' servers (run as scripts: ``bench/`` is on sys.path)."""
+
+from __future__ import annotations
+
+import socket
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the kernel's pick for an ephemeral bind), for a server about to start."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
