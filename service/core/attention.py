@@ -485,16 +485,23 @@ def _forward_chunk(
         v = p.v[c.b, c.kv]
         if normalizer == "relu":
             a = _relu_chunk(p, c, None if scores5 is None else _chunk_rows(scores5, c))
-            if weights5 is not None:
-                z[...] = a
-                np.matmul(z, v, out=out)
-            else:
-                np.matmul(a.astype(out.dtype), v, out=out)
+            _mix_relu(a, z, v, out, keep_weights=weights5 is not None)
             return
         _chunk_scores(p, c, z, check=scores5 is not None)
         if scores5 is not None:
             _chunk_rows(scores5, c)[...] = z
         _normalize_and_mix(z, v, out, _chunk_valid(p, c), normalizer, alpha, keep_weights=weights5 is not None)
+
+
+def _mix_relu(a: np.ndarray, z: np.ndarray, v: np.ndarray, out: np.ndarray, *, keep_weights: bool) -> None:
+    """``out = A v`` for ReLU weights ``a`` computed in float64 (:func:`_relu_weights`), in ``out``'s dtype; with
+    ``keep_weights`` they are stored in ``z`` first and the product uses those (the weights the answer returns).
+    """
+    if keep_weights:
+        z[...] = a
+        np.matmul(z, v, out=out)
+    else:
+        np.matmul(a.astype(out.dtype), v, out=out)
 
 
 def _normalize_and_mix(
@@ -571,11 +578,7 @@ def _forward_small(
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         if normalizer == "relu":  # as _relu_chunk: float64 scores, no temperature
             a = _relu_weights(p, p.q5, p.k, p.raw_bias5, drop5, None if scores is None else scores.reshape(z.shape))
-            if weights is not None:
-                z[...] = a
-                np.matmul(z, p.v, out=out)
-            else:
-                np.matmul(a.astype(dtype), p.v, out=out)
+            _mix_relu(a, z, p.v, out, keep_weights=weights is not None)
             return
         np.matmul((p.q5 * dtype.type(p.factor)).reshape(B, Hkv, GL, d.E), p.k.transpose(0, 1, 3, 2), out=z)
         if p.bias5 is not None:
