@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -100,6 +101,52 @@ def promtool_check(text: str) -> None:
     assert PROMTOOL is not None
     done = subprocess.run([PROMTOOL, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)
     assert done.returncode == 0, (done.stdout + done.stderr).decode()
+
+
+# -- the app driven through ASGI, without a server --------------------------------------------------------------
+
+
+def asgi_scope(path: str, headers: list[tuple[bytes, bytes]], method: str = "POST") -> dict:
+    """An HTTP/1.1 ASGI scope for ``method path`` with these raw headers."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+        "client": ("127.0.0.1", 5000),
+        "server": ("testserver", 80),
+        "state": {},
+    }
+
+
+async def call_asgi(
+    app: Any, headers: list[tuple[bytes, bytes]], chunks: list[bytes], path: str = "/v1/softmax", method: str = "POST"
+) -> tuple[int, dict, bytes, int]:
+    """Drive the ASGI app directly; returns (status, headers, body, how many body chunks it read)."""
+    read = 0
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        nonlocal read
+        if read < len(chunks):
+            read += 1
+            return {"type": "http.request", "body": chunks[read - 1], "more_body": read < len(chunks)}
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await app(asgi_scope(path, headers, method), receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, body, read
 
 
 # -- live servers ---------------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import orjson
 import pytest
@@ -13,7 +12,16 @@ import pytest
 from service.app import create_app
 from service.middleware.limits import AdmissionGate, Overloaded
 from tests.api.conftest import assert_problem
-from tests.hardening.conftest import ATTENTION, SOFTMAX, BlockingEngine, client_for, metric_value, settings
+from tests.hardening.conftest import (
+    ATTENTION,
+    SOFTMAX,
+    BlockingEngine,
+    asgi_scope,
+    call_asgi,
+    client_for,
+    metric_value,
+    settings,
+)
 
 # -- body size ---------------------------------------------------------------------------------------------------
 
@@ -32,52 +40,10 @@ def test_body_at_the_limit_is_read() -> None:
         assert c.post("/v1/softmax", content=payload, headers={"content-type": "application/json"}).status_code == 200
 
 
-def _scope(path: str, headers: list[tuple[bytes, bytes]], method: str = "POST") -> dict:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": headers,
-        "client": ("127.0.0.1", 5000),
-        "server": ("testserver", 80),
-        "state": {},
-    }
-
-
-async def _call(
-    app: Any, headers: list[tuple[bytes, bytes]], chunks: list[bytes], path: str = "/v1/softmax", method: str = "POST"
-) -> tuple[int, dict, bytes, int]:
-    """Drive the ASGI app directly; returns (status, headers, body, how many body chunks it read)."""
-    read = 0
-    sent: list[dict] = []
-
-    async def receive() -> dict:
-        nonlocal read
-        if read < len(chunks):
-            read += 1
-            return {"type": "http.request", "body": chunks[read - 1], "more_body": read < len(chunks)}
-        await asyncio.sleep(3600)
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict) -> None:
-        sent.append(message)
-
-    await app(_scope(path, headers, method), receive, send)
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, body, read
-
-
 def test_declared_oversized_body_is_refused_before_any_of_it_is_read() -> None:
     app = create_app(settings(max_body_bytes=4096))
     status, headers, body, read = asyncio.run(
-        _call(app, [(b"content-type", b"application/json"), (b"content-length", b"1000000")], [b"x" * 65536] * 16)
+        call_asgi(app, [(b"content-type", b"application/json"), (b"content-length", b"1000000")], [b"x" * 65536] * 16)
     )
     assert status == 413 and read == 0
     assert headers["content-type"] == "application/problem+json"
@@ -89,7 +55,7 @@ def test_streamed_body_is_cut_off_at_the_limit(path: str) -> None:
     app = create_app(settings(max_body_bytes=100_000))
     app.state.runtime.start_engines()  # ready (no lifespan here), so /v2 reads the body
     status, headers, body, read = asyncio.run(
-        _call(app, [(b"content-type", b"application/json")], [b" " * 65536] * 16, path)
+        call_asgi(app, [(b"content-type", b"application/json")], [b" " * 65536] * 16, path)
     )
     assert status == 413 and read == 2  # 64 KiB, then 128 KiB > 100 000: the other 14 chunks are never read
     error = orjson.loads(body)
@@ -169,21 +135,21 @@ def test_deadline_answers_504_while_the_work_goes_on_and_keeps_its_slot() -> Non
 
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         t0 = time.monotonic()
-        first = asyncio.ensure_future(app(_scope("/v1/attention", headers), receive, send))
+        first = asyncio.ensure_future(app(asgi_scope("/v1/attention", headers), receive, send))
         await asyncio.wait_for(answered.wait(), 2.0)  # answered at the deadline ...
         assert 0.25 < time.monotonic() - t0 < 2.0
         assert sent[0]["status"] == 504 and orjson.loads(sent[1]["body"])["detail"].startswith(
             "the request was not answered"
         )
         assert not engine.finished.is_set() and not first.done()  # ... while the work goes on
-        status, _, _, _ = await _call(app, headers, [body], "/v1/attention")
+        status, _, _, _ = await call_asgi(app, headers, [body], "/v1/attention")
         assert status == 503  # abandoned work keeps its slot, so it cannot pile up
         engine.release.set()
         await asyncio.wait_for(first, 5.0)
         assert len(sent) == 2  # the late answer was dropped
-        status, _, _, _ = await _call(app, headers, [body], "/v1/attention")
+        status, _, _, _ = await call_asgi(app, headers, [body], "/v1/attention")
         assert status == 200
-        metrics = (await _call(app, [], [b""], "/metrics", "GET"))[2].decode()
+        metrics = (await call_asgi(app, [], [b""], "/metrics", "GET"))[2].decode()
         assert metric_value(metrics, "attn_http_requests_rejected_total", reason="deadline") == 1
         assert (
             metric_value(metrics, "attn_http_requests_total", method="POST", route="/v1/attention", status="504") == 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -18,6 +19,7 @@ import pytest
 
 from service.app import create_app
 from service.settings import Settings
+from tests.hardening.conftest import call_asgi
 
 TINY = [[1.0, 0.0], [0.0, 1.0]]
 V1 = orjson.dumps({"query": TINY, "key": TINY, "value": TINY, "return": ["output", "weights", "diagnostics"]})
@@ -30,56 +32,21 @@ V2 = orjson.dumps(
     }
 )
 V2_BAD = orjson.dumps({"inputs": [{"name": "query", "shape": [1, 2], "datatype": "FP32", "data": [1, 2, 3]}]})
-CASES: dict[str, tuple[str, str, bytes, dict[str, str], int]] = {
-    "v1 attention": ("POST", "/v1/attention", V1, {}, 200),
-    "v2 infer": ("POST", "/v2/models/attention/infer", V2, {}, 200),
-    "v2 infer, bad input": ("POST", "/v2/models/attention/infer", V2_BAD, {}, 400),
-    "v1 attention, bad body": ("POST", "/v1/attention", b'{"query": 1}', {}, 422),
-    "body too large": ("POST", "/v1/attention", V1, {"content-length": str(1 << 40)}, 413),
-    "healthz": ("GET", "/healthz", b"", {}, 200),
-    "not found": ("GET", "/nowhere", b"", {}, 404),
-    "metrics": ("GET", "/metrics", b"", {}, 200),
+# (method, path, body, declared length when it is not the body's, expected status)
+CASES: dict[str, tuple[str, str, bytes, int | None, int]] = {
+    "v1 attention": ("POST", "/v1/attention", V1, None, 200),
+    "v2 infer": ("POST", "/v2/models/attention/infer", V2, None, 200),
+    "v2 infer, bad input": ("POST", "/v2/models/attention/infer", V2_BAD, None, 400),
+    "v1 attention, bad body": ("POST", "/v1/attention", b'{"query": 1}', None, 422),
+    "body too large": ("POST", "/v1/attention", V1, 1 << 40, 413),
+    "healthz": ("GET", "/healthz", b"", None, 200),
+    "not found": ("GET", "/nowhere", b"", None, 404),
+    "metrics": ("GET", "/metrics", b"", None, 200),
 }
 
 
-def scope(method: str, path: str, body: bytes, extra: dict[str, str]) -> dict[str, Any]:
-    headers = {"host": "test", "content-type": "application/json"}
-    if body:
-        headers["content-length"] = str(len(body))
-    headers.update(extra)
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
-        "client": ("127.0.0.1", 5000),
-        "server": ("127.0.0.1", 8000),
-    }
-
-
-async def request(app: Any, method: str, path: str, body: bytes, extra: dict[str, str]) -> int:
-    messages = [{"type": "http.request", "body": body, "more_body": False}]
-    status: list[int] = []
-
-    async def receive() -> dict[str, Any]:
-        return messages.pop() if messages else {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            status.append(message["status"])
-
-    await app(scope(method, path, body, extra), receive, send)
-    return status[0]
-
-
 @pytest.fixture(scope="module")
-def app() -> Any:
+def app() -> Iterator[Any]:
     app = create_app(Settings(enable_onnx=False))
     app.state.runtime.start_engines()
     yield app
@@ -88,14 +55,20 @@ def app() -> Any:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_requests_leave_nothing_for_the_garbage_collector(app: Any, case: str) -> None:
-    method, path, body, extra, expected = CASES[case]
+    method, path, body, declared, expected = CASES[case]
+    headers = [(b"content-type", b"application/json")]
+    if body:
+        headers.append((b"content-length", str(len(body) if declared is None else declared).encode()))
+
+    async def request() -> int:
+        return (await call_asgi(app, headers, [body], path, method))[0]
 
     async def run() -> tuple[list[int], int]:
-        statuses = [await request(app, method, path, body, extra) for _ in range(3)]  # warm caches
+        statuses = [await request() for _ in range(3)]  # warm caches
         gc.collect()
         gc.disable()
         try:
-            statuses += [await request(app, method, path, body, extra) for _ in range(20)]
+            statuses += [await request() for _ in range(20)]
             return statuses, gc.collect()
         finally:
             gc.enable()
