@@ -19,6 +19,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -42,20 +43,13 @@ def main(argv: list[str] | None = None) -> int:
         body_file.write_bytes(body)
         ports = {name: free_port() for name in VARIANTS}
         cmd = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port"]
-        with (
-            server(
-                [*cmd, str(ports[a := next(iter(VARIANTS))])],
-                f"http://127.0.0.1:{ports[a]}/readyz",
-                tmpdir / "a.log",
-                env={"ATTN_GC_FREEZE": VARIANTS[a]},
-            ),
-            server(
-                [*cmd, str(ports[b := list(VARIANTS)[1]])],
-                f"http://127.0.0.1:{ports[b]}/readyz",
-                tmpdir / "b.log",
-                env={"ATTN_GC_FREEZE": VARIANTS[b]},
-            ),
-        ):
+        with ExitStack() as servers:
+            for i, (name, freeze) in enumerate(VARIANTS.items()):
+                url = f"http://127.0.0.1:{ports[name]}"
+                log = tmpdir / f"server{i}.log"
+                servers.enter_context(
+                    server([*cmd, str(ports[name])], f"{url}/readyz", log, env={"ATTN_GC_FREEZE": freeze})
+                )
             for port in ports.values():  # warm-up
                 wrk("POST", f"http://127.0.0.1:{port}{PATH}", body_file, headers, 1, 2)
             for r in range(args.rounds):
