@@ -10,7 +10,9 @@ diagnostics (``bench/http_post.lua``, one connection). A full collection of
 the unfrozen heap pauses the event loop for ~20 ms, which only the highest
 percentiles show: the table gives p50, p99, p99.9 and the maximum of each
 round, and the ratios of the two servers' p99.9 and maxima (medians of the
-rounds).
+rounds). Each server's own ``python_gc_collections_total`` (``/metrics``),
+read before and after the rounds, gives its garbage collections per 1,000
+requests.
 """
 
 from __future__ import annotations
@@ -23,7 +25,21 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench_http import SMALL, free_port, load, machine, server, v2_body, wrk
+from bench_http import SMALL, load, machine, send, server, v2_body, wrk
+from ports import free_port
+
+
+def gc_collections(url: str) -> dict[str, float]:
+    """The server's garbage collections so far, by generation ("0", "1", "2"), from its /metrics."""
+    status, text, _ = send("GET", f"{url}/metrics", b"", {})
+    if status != 200:
+        raise SystemExit(f"{url}/metrics: {status}")
+    counts = {}
+    for line in text.decode().splitlines():
+        if line.startswith('python_gc_collections_total{generation="'):
+            counts[line.split('"')[1]] = float(line.rsplit(" ", 1)[1])
+    return counts
+
 
 VARIANTS = {"frozen (ATTN_GC_FREEZE=true)": "true", "not frozen (ATTN_GC_FREEZE=false)": "false"}
 PATH = "/v2/models/attention/infer"
@@ -52,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             for port in ports.values():  # warm-up
                 wrk("POST", f"http://127.0.0.1:{port}{PATH}", body_file, headers, 1, 2)
+            before = {name: gc_collections(f"http://127.0.0.1:{port}") for name, port in ports.items()}
             for r in range(args.rounds):
                 for name, port in ports.items():
                     result = wrk("POST", f"http://127.0.0.1:{port}{PATH}", body_file, headers, 1, args.duration)
@@ -59,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                         raise SystemExit(f"{name}: {result}")
                     runs[name].append(result)
                     print(f"  round {r + 1} {name}: {result}", file=sys.stderr)
+            after = {name: gc_collections(f"http://127.0.0.1:{port}") for name, port in ports.items()}
     print(f"### Tail latency, one run of `python bench/bench_tail.py` ({round(args.duration)} s x {args.rounds})\n")
     print(*machine(), sep="\n")
     print(f"- load average (1, 5, 15 min) at start: {load_start}; at end: {load()}\n")
@@ -70,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {name} | {i} | {x['requests']} | {x['p50_us'] / 1e3:.2f} | {x['p99_us'] / 1e3:.2f} "
                 f"| {x['p999_us'] / 1e3:.2f} | {x['max_us'] / 1e3:.2f} |"
             )
+    print("\n| server | requests | gen-0 collections per 1,000 requests | gen-1 | gen-2 |")
+    print("|---|---:|---:|---:|---:|")
+    for name, results in runs.items():
+        n = sum(x["requests"] for x in results)
+        per = {g: (after[name][g] - before[name][g]) * 1000 / n for g in ("0", "1", "2")}
+        print(f"| {name} | {n} | {per['0']:.2f} | {per['1']:.3f} | {per['2']:.4f} |")
     frozen, thawed = (runs[name] for name in VARIANTS)
     print()
     for key, label in (("p50_us", "p50"), ("p999_us", "p99.9"), ("max_us", "max")):
