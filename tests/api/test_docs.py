@@ -137,6 +137,10 @@ def _close(got: Any, want: Any, where: str = "") -> None:
                 _close(got[k], want[k], f"{where}.{k}")
     elif isinstance(want, list) and want and isinstance(want[0], (list, float, int)) and not isinstance(want[0], bool):
         np.testing.assert_allclose(np.asarray(got, float), np.asarray(want, float), rtol=1e-6, atol=1e-7, err_msg=where)
+    elif isinstance(want, list):  # of objects (analyze's sweep): each compared field by field
+        assert isinstance(got, list) and len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _close(g, w, f"{where}[{i}]")
     elif isinstance(want, float):
         assert got == pytest.approx(want, rel=1e-6, abs=1e-7), where
     else:

@@ -9,7 +9,9 @@ cells are empty, runs the gradient, sampling and calibration panels, and saves s
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,22 @@ CHROMIUM_ARGS = [
 if CHROMIUM is None:
     pytest.skip("chromium is not installed (Debian package 'chromium'; .ci/run installs it)", allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is a test dependency")
+expect = sync_api.expect
+
+
+def wait_until(page: Any, predicate: str, timeout_s: float = 20.0) -> None:
+    """Poll a JavaScript predicate with ``page.evaluate`` until it holds.
+
+    Not ``page.wait_for_function``: Playwright polls a string predicate with ``globalThis.eval`` inside
+    the page, which the playground's Content-Security-Policy (``script-src 'self'``, no
+    ``'unsafe-eval'``) refuses whenever the first check fails. ``page.evaluate`` goes through the
+    DevTools protocol, which the policy does not cover, so the page is still tested under its own CSP.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(predicate):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true after {timeout_s} s: {predicate}")
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -123,10 +141,10 @@ def test_heatmap_masks(page: Any, shots: Path) -> None:
     page.wait_for_selector('#heatmaps[data-key="true|false|softmax|1.0"]', timeout=20_000)
     # the cells are redrawn once per event the checkbox fires (input, change): wait until the last
     # drawing has its style (a cell of weight 0 is painted with nothing)
-    page.wait_for_function(
-        "[...document.querySelectorAll('#heatmaps rect.cell')].every("
+    wait_until(
+        page,
+        "() => [...document.querySelectorAll('#heatmaps rect.cell')].every("
         "r => (+r.dataset.w > 0) === (getComputedStyle(r).fill !== 'none'))",
-        timeout=20_000,
     )
     after = cells(page)
     upper = [c for c in after if c[2] > c[1]]
@@ -165,30 +183,28 @@ def test_gradient_sampling_and_calibration_panels(page: Any, page_server: LiveSe
     assert first[-1] < 0.1 * max(first)  # scale 50 saturates the softmax: the gradient vanishes
 
     if "/v1/sample" in routes:
+        # Answers held back 0.3 s: every wait below must poll (as on a busy CI machine), not pass at once.
+        page.route("**/v1/sample", lambda route: (time.sleep(0.3), route.continue_()))
         page.fill("#logits", "2.1,0.5,-1.2,3.0")
         page.fill("#top-k", "2")
-        page.wait_for_function("document.querySelectorAll('#sample-bars rect.bar').length === 4", timeout=20_000)
-        page.wait_for_function("document.querySelector('#top-k-value').textContent === '2'")
+        expect(page.locator("#sample-bars rect.bar")).to_have_count(4, timeout=20_000)
+        expect(page.locator("#top-k-value")).to_have_text("2")
         # the label changes at once, the bars when the top-k answer is back (they were 4 before it, too)
-        page.wait_for_function(
-            "document.querySelector('#sample-summary').textContent.startsWith('kept 2 of 4 tokens')", timeout=20_000
-        )
+        expect(page.locator("#sample-summary")).to_have_text(re.compile(r"^kept 2 of 4 tokens"), timeout=20_000)
         sampled = page.eval_on_selector_all(
             "#sample-bars rect.bar", "rs => rs.map(r => [+r.dataset.weight, r.dataset.removed])"
         )
         np.testing.assert_allclose([w for w, _ in sampled], [0.2891, 0, 0, 0.7109], atol=5e-5)
         assert [r for _, r in sampled] == ["false", "true", "true", "false"]
     else:
-        page.wait_for_function("document.querySelector('#sample-summary').textContent.includes('/v1/sample')")
+        expect(page.locator("#sample-summary")).to_contain_text("/v1/sample")
     if "/v1/calibrate" in routes:
         page.click("#calib-run")
-        page.wait_for_function(
-            "document.querySelector('#calib-summary').textContent.includes('fitted T')", timeout=20_000
-        )
+        expect(page.locator("#calib-summary")).to_contain_text("fitted T", timeout=20_000)
         assert page.locator("#reliability rect").count() > 0
     else:
         page.click("#calib-run")
-        page.wait_for_function("document.querySelector('#calib-summary').textContent.includes('/v1/calibrate')")
+        expect(page.locator("#calib-summary")).to_contain_text("/v1/calibrate")
     page.screenshot(path=str(shots / "playground.png"), full_page=True)
     assert page.errors == [] and page.outside == []
 
