@@ -153,7 +153,9 @@ def backward_estimate(
     """
     n = cost.scores(dims)
     products = 3 * dims.E + 2 * dims.Ev + ("output" in returned) * dims.Ev
-    rate = cost.REFERENCE_GEMM_FLOPS_PER_S if precision == "float32" else cost.REFERENCE_GEMM_FLOPS_PER_S / 2
+    # relu's backward forms its scores and dZ products in float64 whatever the precision (core.backward)
+    in_float32 = precision == "float32" and normalizer != "relu"
+    rate = cost.REFERENCE_GEMM_FLOPS_PER_S if in_float32 else cost.REFERENCE_GEMM_FLOPS_PER_S / 2
     gemm = 2.0 * n * products * cost.REFERENCE_GEMM_FLOPS_PER_S / rate
     per_score = 2 * cost.normalizer_ns_per_score(normalizer, alpha if normalizer == "entmax" else None, precision) + 6
     flops = gemm + n * ns_as_flops(per_score)

@@ -443,18 +443,29 @@ def _relu_weights(
     then scaled by its largest value before summing (semantics.md; :func:`normalizers.relu_normalize`).
     ``scores_out`` (when given, shaped as the weights) receives the scores ``y / T`` rounded to its dtype.
     """
+    y = _relu_scores(p, q, k, bias, drop)
+    if scores_out is not None:
+        scores_out[...] = y / p.temperature
+        grouped = scores_out.reshape(q.shape[:-1] + (y.shape[-1],))
+        check_scores_finite(grouped, None if drop is None else ~drop, scores_out.dtype)
+    return normalizers.relu_normalize(y)
+
+
+def _relu_scores(
+    p: _Prepared, q: np.ndarray, k: np.ndarray, bias: np.ndarray | None, drop: np.ndarray | None
+) -> np.ndarray:
+    """``y = scale * Q K^T + bias`` in float64 as (..., G * L, S), ``-inf`` where ``drop``: what ReLU normalizes
+    (:func:`_relu_weights`; the backward pass differentiates the same numbers).
+    """
     *lead, G, L, E = q.shape
-    y = np.matmul(q.astype(np.float64).reshape(*lead, G * L, E), k.astype(np.float64).swapaxes(-1, -2))
+    y: np.ndarray = np.matmul(q.astype(np.float64).reshape(*lead, G * L, E), k.astype(np.float64).swapaxes(-1, -2))
     y *= p.scale
     grouped = y.reshape(*lead, G, L, y.shape[-1])
     if bias is not None:
         grouped += bias
     if drop is not None:
         np.copyto(grouped, -np.inf, where=drop)
-    if scores_out is not None:
-        scores_out[...] = y / p.temperature
-        check_scores_finite(scores_out.reshape(grouped.shape), None if drop is None else ~drop, scores_out.dtype)
-    return normalizers.relu_normalize(y)
+    return y
 
 
 def _relu_chunk(p: _Prepared, c: _Chunk, scores_out: np.ndarray | None) -> np.ndarray:

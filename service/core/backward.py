@@ -22,6 +22,9 @@ a temperature that would overflow the scores (``1e-40`` in float32) is no
 error there either; its ``grad_temperature`` is exactly 0 (Euler's theorem for
 a function homogeneous of degree 0: ``sum_j Z_j dA_i/dZ_j = 0``), and its
 Jacobian norms are those at ``T = 1`` times ``T`` (``J(Z / T) = T J(Z)``).
+Like the forward pass it forms the scores, the weights and ``dZ`` in float64
+and rounds only the results, so float32 scores that would underflow, overflow
+or turn subnormal still give the float64 gradients to float32 precision.
 
 Masked positions get exactly zero gradient (every normalizer's Jacobian is zero
 off its support, and masked weights are exactly 0); fully masked rows give zero
@@ -53,6 +56,7 @@ from service.core.attention import (
     _mask5,
     _mask_chunk,
     _prepare,
+    _relu_scores,
     _split_heads,
     check_live_rows,
     check_scores_finite,
@@ -192,26 +196,26 @@ def jacobian_norms(
             z64 = np.asarray(z, dtype=np.float64)
             active = z64 > 0
             k = np.count_nonzero(active, axis=-1).astype(np.float64)
-            s = np.where(active, z64, 0.0).sum(axis=-1)
+            s = normalizers.relu_row_sums(z64, p64)[..., 0]  # not summed: no overflow near 1e308
             sq = np.square(p64).sum(axis=-1)
-            live = s > 0
-            n2 = np.where(live, (k - 2.0 + k * sq) / np.where(live, s, 1.0) ** 2, 0.0)
+            # the norm divided by s, not its square by s^2 (which underflows to 0 for s below 1e-154)
+            relu_norms: np.ndarray = np.where(k > 0, np.sqrt(np.maximum(k - 2.0 + k * sq, 0.0)) / s, 0.0)
+            return relu_norms
+        support = p64 > 0
+        if a == 1.0:
+            w = p64
+        elif a == 2.0:
+            w = support.astype(np.float64)
         else:
-            support = p64 > 0
-            if a == 1.0:
-                w = p64
-            elif a == 2.0:
-                w = support.astype(np.float64)
-            else:
-                w = np.zeros_like(p64)
-                np.power(p64, 2.0 - a, out=w, where=support)
-            s = w.sum(axis=-1)
-            w2 = np.square(w)
-            s2 = w2.sum(axis=-1)
-            s3 = (w2 * w).sum(axis=-1)
-            live = s > 0
-            safe = np.where(live, s, 1.0)
-            n2 = np.where(live, s2 - 2.0 * s3 / safe + np.square(s2 / safe), 0.0)
+            w = np.zeros_like(p64)
+            np.power(p64, 2.0 - a, out=w, where=support)
+        s = w.sum(axis=-1)
+        w2 = np.square(w)
+        s2 = w2.sum(axis=-1)
+        s3 = (w2 * w).sum(axis=-1)
+        live = s > 0
+        safe = np.where(live, s, 1.0)
+        n2 = np.where(live, s2 - 2.0 * s3 / safe + np.square(s2 / safe), 0.0)
     return np.sqrt(np.maximum(n2, 0.0))
 
 
@@ -251,6 +255,18 @@ def checked_gradient(arr: np.ndarray, expected: tuple[int, ...], name: str, what
 
 
 # --------------------------------------------------------------------------- the backward pass
+
+
+def _relu_scale_gradient(dy: np.ndarray, bias: np.ndarray | None, scale: float) -> float:
+    """The ReLU ``grad_scale = sum(dY * Q K^T)`` for ``Y = scale * Q K^T + bias``, as ``-sum(dY * bias) / scale``.
+
+    The relu weights are homogeneous of degree 0 in ``Y``, so ``sum(dY * Y) = 0`` (Euler's theorem, as for
+    ``grad_temperature``): without a bias the answer is exactly 0, not the rounding left of cancelling sums.
+    Masked positions (bias ``-inf``) have ``dY = 0`` and add nothing.
+    """
+    if bias is None:
+        return 0.0
+    return -float(np.sum(np.where(dy != 0, dy * bias, 0.0), dtype=np.float64)) / scale
 
 
 def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers: int = 1) -> BackwardResult:
@@ -305,36 +321,46 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
     go5 = _split_heads(go4, d)
     gw5 = None if gw4 is None else _split_heads(gw4, d)
     norms5 = None if norms is None else norms.reshape(d.B, d.Hkv, d.group, d.L)
-    factor = dtype.type(p.factor)
+    # relu: scale / 1 unrounded, with the float64 dZ (a float32 factor of 1e-46 would be 0)
+    factor = p.scale if temperature_free else dtype.type(p.factor)
     normalizer, alpha = params.normalizer, params.alpha
     lock = threading.Lock()
     temperature_sum = [0.0]
+    scale_sum = [0.0]  # relu's grad_scale (the others take it from the rounded dQ below)
 
     def work(c: _Chunk) -> None:
         nkv = c.kv.stop - c.kv.start
         ng, nl = c.g.stop - c.g.start, c.l.stop - c.l.start
-        z = np.empty((nkv, ng * nl, d.S), dtype=dtype)
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-            _chunk_scores(p, c, z)
-            # overflow is a NumericalError, as in the forward pass: never a silent dead row
-            check_scores_finite(z.reshape(nkv, ng, nl, d.S), _chunk_keep(p, c), dtype)
-            check_live_rows(np.isneginf(z.max(axis=-1)), _chunk_valid(p, c), dtype)
-            # softmax runs in place when nothing needs the scores afterwards (relu's and the temperature's
-            # gradients do)
-            in_place = normalizer == "softmax" and "grad_temperature" not in want
-            a = normalizers.normalize(z, normalizer, alpha=alpha, out=z if in_place else None)
             v = p.v[c.b, c.kv]
+            d_o = _chunk_rows(go5, c)
+            if temperature_free:
+                # relu as in the forward pass: float64 scores (attention._relu_scores) and weights; its VJP and
+                # Jacobian use those, the products with V and dO the weights rounded as the forward returns them
+                z = _relu_scores(
+                    p, p.q5[c.b, c.kv, c.g, c.l], p.k[c.b, c.kv], _mask_chunk(p.raw_bias5, c), _mask_chunk(p.drop5, c)
+                )
+                a_exact = normalizers.relu_normalize(z)
+                a = a_exact.astype(dtype, copy=False)
+            else:
+                z = np.empty((nkv, ng * nl, d.S), dtype=dtype)
+                _chunk_scores(p, c, z)
+                # overflow is a NumericalError, as in the forward pass: never a silent dead row
+                check_scores_finite(z.reshape(nkv, ng, nl, d.S), _chunk_keep(p, c), dtype)
+                check_live_rows(np.isneginf(z.max(axis=-1)), _chunk_valid(p, c), dtype)
+                # softmax runs in place when nothing needs the scores afterwards (the temperature's gradient does)
+                in_place = normalizer == "softmax" and "grad_temperature" not in want
+                a = a_exact = normalizers.normalize(z, normalizer, alpha=alpha, out=z if in_place else None)
             if out5 is not None:
                 np.matmul(a, v, out=_chunk_rows(out5, c))
             if w5 is not None:
                 _chunk_rows(w5, c)[...] = a
             if norms5 is not None:
-                chunk_norms = jacobian_norms(normalizer, a, z=z, alpha=alpha).reshape(nkv, ng, nl)
+                chunk_norms = jacobian_norms(normalizer, a_exact, z=z, alpha=alpha).reshape(nkv, ng, nl)
                 norms5[c.b, c.kv, c.g, c.l] = chunk_norms * params.temperature if temperature_free else chunk_norms
-            d_o = _chunk_rows(go5, c)
             dv_part = np.matmul(a.transpose(0, 2, 1), d_o) if dv is not None else None
             dk_part = gm_part = None
-            t_part = 0.0
+            t_part = s_part = 0.0
             if need_dz:
                 da = np.matmul(d_o, v.transpose(0, 2, 1))
                 if gw5 is not None:
@@ -345,12 +371,13 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
                     da -= a * row
                     dz = da
                 else:
-                    dz = normalizers.normalize_backward(normalizer, a, da, alpha=alpha, z=z).astype(dtype, copy=False)
+                    dz = normalizers.normalize_backward(normalizer, a_exact, da, alpha=alpha, z=z)
+                    dz = dz if temperature_free else dz.astype(dtype, copy=False)  # relu's stays float64
                 # the factor scale/T scales the (rows, E) and (S, E) products, not the (rows, S) dZ
                 if dq5 is not None:
-                    dq_rows = _chunk_rows(dq5, c)
-                    np.matmul(dz, p.k[c.b, c.kv], out=dq_rows)
-                    dq_rows *= factor
+                    np.multiply(np.matmul(dz, p.k[c.b, c.kv]), factor, out=_chunk_rows(dq5, c))
+                if temperature_free and "grad_scale" in want:
+                    s_part = _relu_scale_gradient(dz.reshape(nkv, ng, nl, d.S), _mask_chunk(p.raw_bias5, c), p.scale)
                 if dk is not None:
                     dk_part = np.matmul(dz.transpose(0, 2, 1), _chunk_rows(p.q5, c))
                     dk_part *= factor
@@ -370,13 +397,25 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
                 assert target is not None
                 target += gm_part
             temperature_sum[0] += t_part
+            scale_sum[0] += s_part
 
     run_chunks(d, work, executor, workers)
 
     T = 1.0 if temperature_free else params.temperature  # the temperature the gradients were computed at
     scale = params.scale if params.scale is not None else 1.0 / math.sqrt(d.E)
     result = BackwardResult(valid_keys=p.valid_keys)
-    for name, arr in (("grad_query", dq), ("grad_key", dk), ("grad_value", dv), ("output", output)):
+    grad_mask = None
+    if gm4 is not None and mask is not None:
+        with np.errstate(over="ignore"):  # relu's dZ is 1 / sum(relu(Z)): tiny scores overflow float32 here
+            grad_mask = (gm4 / T).astype(dtype).reshape(np.asarray(mask).shape)
+    for name, arr in (
+        ("grad_query", dq),
+        ("grad_key", dk),
+        ("grad_value", dv),
+        ("grad_mask", grad_mask),
+        ("output", output),
+        ("gradient_health", norms),
+    ):
         if arr is not None and not np.isfinite(arr).all():
             raise NumericalError(
                 f"{name} is not finite in {dtype.name}: the scores or gradients overflowed; "
@@ -389,11 +428,12 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
     if dv is not None:
         result.grad_value = dv.reshape(task.inputs.value.shape)
     if "grad_scale" in want and dq is not None:
-        result.grad_scale = float(np.sum(p.q.astype(np.float64) * dq, dtype=np.float64) / scale)
+        result.grad_scale = (
+            scale_sum[0] if temperature_free else float(np.sum(p.q.astype(np.float64) * dq, dtype=np.float64) / scale)
+        )
     if "grad_temperature" in want:
         result.grad_temperature = 0.0 if temperature_free else -temperature_sum[0] / T
-    if gm4 is not None and mask is not None:
-        result.grad_mask = (gm4 / T).astype(dtype).reshape(np.asarray(mask).shape)
+    result.grad_mask = grad_mask
     if output is not None:
         result.output = output.reshape(lead + (d.Ev,))
     if weights is not None:

@@ -43,6 +43,7 @@ __all__ = [
     "normalize_backward",
     "relu_backward",
     "relu_normalize",
+    "relu_row_sums",
     "softmax",
     "softmax_backward",
     "sparsemax",
@@ -382,18 +383,38 @@ def entmax_backward(p: np.ndarray, g: np.ndarray, alpha: float, axis: int = -1) 
     return grad
 
 
-def relu_backward(z: np.ndarray, g: np.ndarray, axis: int = -1) -> np.ndarray:
+def relu_backward(z: np.ndarray, g: np.ndarray, axis: int = -1, *, p: np.ndarray | None = None) -> np.ndarray:
     """VJP of ``p = relu(z) / s``, ``s = sum(relu(z))``: ``dz_j = [z_j > 0] (g_j - sum(g p)) / s``.
 
-    Rows with ``s = 0`` get a zero gradient (as do positions with ``z_j <= 0``).
+    Rows with ``s = 0`` get a zero gradient (as do positions with ``z_j <= 0``). ``p`` defaults to
+    :func:`relu_normalize` of ``z``; a caller that has the weights passes them. ``s`` is never summed:
+    it is :func:`relu_row_sums`, so scores near the dtype's limits neither overflow it nor lose it.
     """
     z, g = _float_pair(z, g)
-    active = z > 0
-    r = np.where(active, z, 0)
-    s = _safe_denominator(np.sum(r, axis=axis, keepdims=True))
-    ga = np.where(active, g, 0)
-    gp = np.sum(ga * r, axis=axis, keepdims=True) / s
-    return np.where(active, (ga - gp) / s, 0).astype(z.dtype, copy=False)
+    if p is None:
+        p = relu_normalize(z, axis)
+    # g may hold anything where p is 0 (masked positions): it only enters where the weights live
+    gp = np.sum(np.multiply(g, p, out=np.zeros_like(g), where=p > 0), axis=axis, keepdims=True)
+    with np.errstate(under="ignore", over="ignore", invalid="ignore"):  # junk off the support is zeroed below
+        grad: np.ndarray = g - gp
+        grad /= relu_row_sums(z, p, axis)
+    grad[~(z > 0)] = 0
+    return grad.astype(z.dtype, copy=False)
+
+
+def relu_row_sums(z: np.ndarray, p: np.ndarray, axis: int = -1) -> np.ndarray:
+    """``sum(relu(z))`` per row (keepdims) from the scores and their relu weights ``p``, as ``max(z) / max(p)``.
+
+    ``max(p) = max(z) / s`` on a row with a positive score, so the quotient gives ``s`` to a few ulps
+    without summing (a sum of scores near 1e308 overflows; ``max(z)`` and ``max(p) >= 1 / n`` do not).
+    Rows without a positive score give 1 (their gradients are 0 anyway).
+    """
+    p_max = np.max(p, axis=axis, keepdims=True)
+    z_max = np.max(z, axis=axis, keepdims=True)
+    live = (p_max > 0) & (z_max > 0)
+    with np.errstate(under="ignore", over="ignore"):
+        sums: np.ndarray = np.where(live, z_max / np.where(live, p_max, 1), 1)
+    return sums
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -466,8 +487,8 @@ def normalize_backward(
 ) -> np.ndarray:
     """Vector-Jacobian product: given ``g = dL/dp`` on the output ``p``, return ``dL/dz``.
 
-    ``"entmax"`` needs ``alpha > 1``; ``"relu"`` needs the scores ``z`` (its
-    Jacobian is not a function of ``p`` alone) and ignores ``p``.
+    ``"entmax"`` needs ``alpha > 1``; ``"relu"`` needs the scores ``z`` too (its
+    Jacobian is not a function of ``p`` alone), and ``p`` must be their relu weights.
     """
     _check_name(normalizer)
     if normalizer == "softmax":
@@ -480,4 +501,4 @@ def normalize_backward(
         return entmax_backward(p, g, _entmax_alpha(alpha), axis)
     if z is None:
         raise ValueError("normalize_backward('relu', ...) needs the scores z")
-    return relu_backward(z, g, axis)
+    return relu_backward(z, g, axis, p=p)

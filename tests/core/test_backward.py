@@ -295,5 +295,91 @@ def test_relu_backward_does_not_depend_on_the_temperature(dtype: type) -> None:
         )
     params = AttentionParams(normalizer="relu", scale=0.9, temperature=1e-40)
     forward = attention(q, k, v, mask=mask, params=params, dtype=dtype)
-    # the forward's relu sums in float64, the backward's in the request's precision
-    np.testing.assert_allclose(forward.weights, at_one.weights, rtol=1e-6 if dtype == np.float32 else 1e-12)
+    # both passes form relu's scores and weights in float64 and round only the results: the same numbers
+    np.testing.assert_array_equal(forward.weights, at_one.weights)
+    np.testing.assert_array_equal(forward.output, at_one.output)
+
+
+# (scale, magnitude of q and k): float32 scores that would underflow to 0 (a silent zero gradient before),
+# overflow past 3.4e38, or turn subnormal, while every gradient itself fits float32.
+RELU_EXTREMES = [(1e-46, 1.0), (1e30, 1e5), (1.0, 1e20), (1e-20, 1e-10), (0.9, 1.0)]
+
+
+@pytest.mark.parametrize(("scale", "size"), RELU_EXTREMES)
+@pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "float-mask"])
+def test_relu_backward_in_float32_is_the_float64_answer_rounded(scale: float, size: float, masked: bool) -> None:
+    """A float32 relu request's gradients are those of float64 to float32 precision, and its weights and output
+    are the forward pass's exactly, wherever the answers fit float32 (the scores need not).
+    """
+    rng = np.random.default_rng(11)
+    q, k = rand(rng, 1, 2, 4, 3, scale=size), rand(rng, 1, 2, 6, 3, scale=size)
+    v, g = rand(rng, 1, 2, 6, 3), rand(rng, 1, 2, 4, 3)
+    mask = None
+    if masked:  # a bias of the scores' own size (or float32's largest), and one position removed
+        mask = rand(rng, 1, 1, 4, 6, scale=0.3 * min(scale * size * size, 1e37))
+        mask[..., 2] = -np.inf
+    # both precisions get the same (float32) numbers: the difference left is how each computes
+    q, k, v, g = (x.astype(np.float32) for x in (q, k, v, g))
+    mask = None if mask is None else mask.astype(np.float32)
+    params = AttentionParams(normalizer="relu", scale=scale)
+    want = ALL - {"grad_temperature"} | {"gradient_health"}
+    # the mask's gradient is dZ itself, ~1 / |scores|: it fits float32 only for scores of ordinary size
+    if mask is None or not 1e-3 < scale * size * size < 1e3:
+        want = want - {"grad_mask"}
+    got = {}
+    for dtype in (np.float32, np.float64):
+        task = AttentionTask(AttentionInputs(q, k, v, mask), params, np.dtype(dtype))
+        got[dtype] = run_backward(BackwardTask(task, g, want=want))
+    r32, r64 = got[np.float32], got[np.float64]
+    for name in ("grad_query", "grad_key", "grad_value", "grad_mask", "weights", "output"):
+        if name in want:
+            assert getattr(r32, name).dtype == np.float32
+            np.testing.assert_allclose(
+                getattr(r32, name), getattr(r64, name), rtol=2e-6, atol=2e-6 * np.abs(getattr(r64, name)).max()
+            )
+    assert np.abs(r64.grad_query).max() > 0 and np.abs(r64.grad_key).max() > 0
+    if mask is None:  # degree-0 homogeneous in the scores (Euler): exactly 0, in both precisions
+        assert r32.grad_scale == 0.0 and r64.grad_scale == 0.0
+    else:
+        assert r32.grad_scale == pytest.approx(r64.grad_scale, rel=1e-5)
+    assert r32.gradient_health is not None and r64.gradient_health is not None
+    np.testing.assert_allclose(
+        r32.gradient_health.mean_jacobian_norm, r64.gradient_health.mean_jacobian_norm, rtol=1e-6
+    )
+    forward = attention(q, k, v, mask=mask, params=params, dtype=np.float32)
+    np.testing.assert_array_equal(r32.weights, forward.weights)
+    np.testing.assert_array_equal(r32.output, forward.output)
+
+
+def test_relu_mask_gradient_past_float32_is_a_numerical_error() -> None:
+    """Scores ~1e-46 give a mask gradient ~1e46: float32 refuses (with the float64 hint), float64 answers."""
+    rng = np.random.default_rng(5)
+    q, k, v, g = rand(rng, 3, 2), rand(rng, 4, 2), rand(rng, 4, 2), rand(rng, 3, 2)
+    mask = rand(rng, 3, 4, scale=1e-47)
+    params = AttentionParams(normalizer="relu", scale=1e-46)
+    want = frozenset({"grad_query", "grad_mask"})
+    with pytest.raises(NumericalError, match="grad_mask is not finite in float32.*float64"):
+        run_backward(
+            BackwardTask(AttentionTask(AttentionInputs(q, k, v, mask), params, np.dtype(np.float32)), g, want=want)
+        )
+    r = run_backward(
+        BackwardTask(AttentionTask(AttentionInputs(q, k, v, mask), params, np.dtype(np.float64)), g, want=want)
+    )
+    assert np.isfinite(r.grad_mask).all() and np.abs(r.grad_mask).max() > 1e40
+
+
+@pytest.mark.parametrize("factor", [1e-200, 1e-300, 1e200, 1e300])
+def test_relu_jacobian_norms_and_backward_scale_with_the_scores(factor: float) -> None:
+    """ReLU weights are homogeneous of degree 0: at scores ``c z`` the Jacobian is ``J(z) / c`` and the
+    gradient ``dz / c``, also where ``s^2`` underflows or the row sum overflows (no spurious 0 or inf).
+    """
+    rng = np.random.default_rng(3)
+    z = rng.standard_normal((4, 7)) + 0.5
+    z[1] = -1.0  # a row without support: zeros
+    g = rng.standard_normal((4, 7))
+    p = normalizers.relu_normalize(z)
+    big = z * factor
+    expected_dz = normalizers.relu_backward(z, g) / factor
+    assert np.all(np.isfinite(expected_dz)) and np.abs(expected_dz).max() > 0
+    np.testing.assert_allclose(jacobian_norms("relu", p, z=big), jacobian_norms("relu", p, z=z) / factor, rtol=1e-12)
+    np.testing.assert_allclose(normalizers.relu_backward(big, g), expected_dz, rtol=1e-12, atol=0)
