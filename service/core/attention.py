@@ -154,21 +154,26 @@ def _wider(dtype: np.dtype | type) -> str:
 
 
 @lru_cache(maxsize=256)
-def score_factor(scale: float, temperature: float, dtype: np.dtype | type) -> float:
-    """``scale / temperature`` (computed in float64, rounded once to ``dtype``), the factor Q is multiplied by.
+def score_factor(scale: float, temperature: float, dtype: np.dtype | type) -> np.floating:
+    """``scale / temperature`` (computed in float64), the scalar Q is multiplied by, rounded once to ``dtype``.
 
-    A factor that underflows to 0 is right (scores below the dtype's resolution: uniform softmax); one that
-    overflows is a :class:`NumericalError` (every score would be infinite). Cached (errors are not).
+    Where the rounded factor would not be a normal number of ``dtype`` (float32 below 1.2e-38: 0 or a
+    subnormal with few significant bits), the float64 quotient is returned instead, so that products
+    with it are formed in float64 and rounded once: ``scale: 1e-25, temperature: 1e24`` on queries and
+    keys of 1e22 gives scores of 1e-5, not 0. A factor that overflows is a :class:`NumericalError`
+    (every score would be infinite). Cached (errors are not).
     """
     factor = scale / temperature
-    with np.errstate(over="ignore"):
-        rounded = np.dtype(dtype).type(factor)
+    dtype = np.dtype(dtype)
+    with np.errstate(over="ignore", under="ignore"):
+        rounded: np.floating = dtype.type(factor)
     if not np.isfinite(rounded):
         raise NumericalError(
-            f"scale / temperature = {factor:.3g} overflows {np.dtype(dtype).name}; "
-            f"use {_wider(dtype)}a larger temperature"
+            f"scale / temperature = {factor:.3g} overflows {dtype.name}; use {_wider(dtype)}a larger temperature"
         )
-    return float(rounded)
+    if abs(rounded) < np.finfo(dtype).tiny:
+        return np.float64(factor)
+    return rounded
 
 
 def scaled_bias(bias: np.ndarray, temperature: float, dtype: np.dtype | type, *, check: bool = True) -> np.ndarray:
@@ -229,7 +234,7 @@ class _Prepared:
     v: np.ndarray
     dims: Dims
     valid_keys: np.ndarray
-    factor: float  # scale / temperature, rounded to the compute dtype
+    factor: np.floating  # scale / temperature in the compute dtype, or float64 where that underflows (score_factor)
     scale: float
     temperature: float
     q5: np.ndarray  # q viewed as (B, Hkv, G, L, E)
@@ -270,9 +275,8 @@ def _prepare(inputs: AttentionInputs, params: AttentionParams, dtype: np.dtype) 
     bias = None if raw_bias is None else scaled_bias(raw_bias, params.temperature, dtype, check=not relu)
     drop = None if keep is None else ~keep
     scale = params.scale if params.scale is not None else 1.0 / math.sqrt(dims.E)
-    if relu:
-        with np.errstate(over="ignore", under="ignore"):
-            factor = float(dtype.type(scale / params.temperature))
+    if relu:  # unused by relu's weights (its scores are formed in float64 without the temperature)
+        factor: np.floating = np.float64(scale / params.temperature)
     else:
         factor = score_factor(scale, params.temperature, dtype)
     return _Prepared(
@@ -384,9 +388,7 @@ def _chunk_scores(p: _Prepared, c: _Chunk, out: np.ndarray, *, check: bool = Fal
     the masked positions become ``-inf``, so the usual all-finite chunk costs one cheap pass).
     """
     q = p.q5[c.b, c.kv, c.g, c.l]
-    q = (q * q.dtype.type(p.factor)).reshape(
-        out.shape[0], out.shape[1], p.dims.E
-    )  # scaling Q is cheaper than the scores
+    q = (q * p.factor).reshape(out.shape[0], out.shape[1], p.dims.E)  # scaling Q is cheaper than the scores
     np.matmul(q, p.k[c.b, c.kv].transpose(0, 2, 1), out=out)
     z4 = out.reshape(q.shape[0], c.g.stop - c.g.start, c.l.stop - c.l.start, p.dims.S)
     bias = _mask_chunk(p.bias5, c)
@@ -591,7 +593,7 @@ def _forward_small(
             a = _relu_weights(p, p.q5, p.k, p.raw_bias5, drop5, None if scores is None else scores.reshape(z.shape))
             _mix_relu(a, z, p.v, out, keep_weights=weights is not None)
             return
-        np.matmul((p.q5 * dtype.type(p.factor)).reshape(B, Hkv, GL, d.E), p.k.transpose(0, 1, 3, 2), out=z)
+        np.matmul((p.q5 * p.factor).reshape(B, Hkv, GL, d.E), p.k.transpose(0, 1, 3, 2), out=z)
         if p.bias5 is not None:
             z5 += p.bias5
         if scores is not None:

@@ -321,8 +321,9 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
     go5 = _split_heads(go4, d)
     gw5 = None if gw4 is None else _split_heads(gw4, d)
     norms5 = None if norms is None else norms.reshape(d.B, d.Hkv, d.group, d.L)
-    # relu: scale / 1 unrounded, with the float64 dZ (a float32 factor of 1e-46 would be 0)
-    factor = p.scale if temperature_free else dtype.type(p.factor)
+    # scale / T as the scores used it: float64 where it underflows the dtype (attention.score_factor), so dQ
+    # and dK are formed in float64 and rounded once; relu's, with its float64 dZ, is scale (T = 1) itself
+    factor = np.float64(p.scale) if temperature_free else p.factor
     normalizer, alpha = params.normalizer, params.alpha
     lock = threading.Lock()
     temperature_sum = [0.0]

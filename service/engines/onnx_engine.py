@@ -476,6 +476,7 @@ class OnnxEngine:
         mask = inputs.mask
         float_mask = None if mask is None or np.asarray(mask).dtype == bool else as_4d_mask(np.asarray(mask), target)
         types = self._input_dtypes[name]
+        factor: float | np.floating
         if relu:
             # The relu graphs take scale and temperature in float64 and leave the temperature out of the
             # weights (relu is invariant to it), as the numpy engine does.
@@ -485,8 +486,13 @@ class OnnxEngine:
             # does (a temperature beyond float32's range must not reach the graph as inf).
             factor, temperature = score_factor(scale, params.temperature, dtype), 1.0
             bias = None if float_mask is None else scaled_bias(float_mask, params.temperature, dtype)
+        query = promote_to_4d(inputs.query)
+        if np.dtype(types.get("scale", dtype)).itemsize < np.asarray(factor).itemsize:
+            # scale / T underflows the graph's float32 scale (score_factor gave it in float64): the query
+            # is scaled in float64 and rounded once instead, as the numpy engine forms Q * factor
+            query, factor = np.asarray(query, dtype=np.float64) * factor, 1.0
         feeds = {
-            "query": np.ascontiguousarray(promote_to_4d(inputs.query), dtype=dtype),
+            "query": np.ascontiguousarray(query, dtype=dtype),
             "key": np.ascontiguousarray(promote_to_4d(inputs.key), dtype=dtype),
             "value": np.ascontiguousarray(promote_to_4d(inputs.value), dtype=dtype),
             "scale": np.array(factor, dtype=types.get("scale", dtype)),
@@ -578,6 +584,13 @@ class OnnxEngine:
         if self.backward_graph_for(task) is None:
             normalizer, dtype, _, _ = key
             return f"no ONNX backward graph serves normalizer {normalizer} in {dtype}"
+        params, dims = task.task.params, task.task.inputs.query.shape
+        scale = params.scale if params.scale is not None else 1.0 / math.sqrt(dims[-1])
+        factor = score_factor(scale, params.temperature, task.task.dtype)
+        if np.asarray(factor).dtype != np.dtype(task.task.dtype):
+            # the graph would take scale / T as float32, where it underflows (the forward pass scales the
+            # query in float64 instead; dQ = (scale / T) dZ K would need the same outside the graph)
+            return f"scale / temperature = {float(factor):.3g} underflows {np.dtype(task.task.dtype).name} in the graph"
         return None
 
     def run_backward(self, task: BackwardTask) -> BackwardResult:

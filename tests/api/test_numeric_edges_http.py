@@ -245,6 +245,29 @@ def test_temperature_1e39_with_an_inf_mask_is_uniform_over_kept_keys(both, engin
     assert res["diagnostics"]["fully_masked_rows"] == 0
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("normalizer", ["softmax", "sparsemax"])
+def test_scale_over_temperature_below_float32_with_large_inputs_is_not_uniform(
+    both, engine, precision, normalizer
+) -> None:
+    """A scale / T of 1e-49 is 0 in float32, but a query of 1e25 and keys of 1e24 give scores [3, 1, 2]: the
+    float32 answer is float64's, on both engines (it was uniform).
+    """
+    body = {
+        "query": [[1e25]],
+        "key": [[3e24], [1e24], [2e24]],
+        "value": [[1, 0], [0, 1], [1, 1]],
+        "scale": 1e-25,
+        "temperature": 1e24,
+        "normalizer": normalizer,
+    }
+    res = ok(post(both, body, engine, precision), engine)
+    z = np.array([3.0, 1.0, 2.0])
+    want = np.exp(z - 3) / np.exp(z - 3).sum() if normalizer == "softmax" else np.array([1.0, 0.0, 0.0])
+    np.testing.assert_allclose(res["weights"], [want], rtol=tol(precision) * 10, atol=1e-7)
+
+
 # ------------------------------------------------------------------ 6. log-probabilities beyond float32
 
 

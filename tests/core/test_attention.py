@@ -165,6 +165,46 @@ def test_large_scores_in_float32_are_finite_and_correct() -> None:
     )
 
 
+# (scale, temperature) whose quotient float32 cannot hold as a normal number: a subnormal and an underflow
+TINY_FACTORS = [(1e-40, 1.0), (1e-25, 1e24)]
+
+
+def tiny_factor_inputs(factor: float, seed: int = 4) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Float32 queries and keys of about ``factor ** -0.5`` each, so ``factor * q.k`` is of order 1."""
+    rng = np.random.default_rng(seed)
+    big = factor**-0.5
+    q, k = rng.standard_normal((2, 3, 4)) * big, rng.standard_normal((2, 5, 4)) * big
+    v, g = rng.standard_normal((2, 5, 3)), rng.standard_normal((2, 3, 3))
+    return tuple(x.astype(np.float32) for x in (q, k, v, g))  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(("scale", "temperature"), TINY_FACTORS)
+@pytest.mark.parametrize(("normalizer", "alpha"), NORMALIZERS)
+def test_float32_scale_over_temperature_below_the_normal_range(
+    scale: float, temperature: float, normalizer: str, alpha: float | None
+) -> None:
+    """A scale / T under 1.2e-38 with queries and keys large enough for scores of order 1: float32 answers
+    are float64's to float32 precision (the factor was rounded to 0 or a subnormal: uniform weights).
+    """
+    q, k, v, g = tiny_factor_inputs(scale / temperature)
+    params = AttentionParams(normalizer=normalizer, alpha=alpha, scale=scale, temperature=temperature)
+    got = attention(q, k, v, params=params, dtype=np.float32, need_scores=True)
+    want = attention(q, k, v, params=params, dtype=np.float64, need_scores=True)
+    assert np.abs(want.scores).max() > 0.5 and np.ptp(want.weights, axis=-1).min() > 1e-2  # far from uniform
+    for name in ("scores", "weights", "output"):
+        np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-5, atol=1e-6, err_msg=name)
+    if normalizer == "relu":
+        return
+    got_b, want_b = (
+        attention_backward(AttentionTask(AttentionInputs(q, k, v), params, np.dtype(dtype)), g)
+        for dtype in (np.float32, np.float64)
+    )
+    for name in ("grad_query", "grad_key", "grad_value"):
+        a, b = getattr(got_b, name), getattr(want_b, name)
+        assert np.abs(b).max() > 0, name
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * np.abs(b).max(), err_msg=name)
+
+
 def test_float32_overflow_is_an_error_not_nan() -> None:
     q = np.full((2, 4), 1e20, dtype=np.float32)
     with pytest.raises(NumericalError, match="float64"):

@@ -129,6 +129,21 @@ def test_only_softmax_has_a_backward_graph_and_errors_are_named(onnx_engine: Onn
         onnx_engine.run_backward(BackwardTask(no_mask.task, no_mask.grad_output, want=frozenset({"grad_mask"})))
 
 
+def test_scale_over_temperature_below_float32_is_left_to_numpy(onnx_engine: OnnxEngine) -> None:
+    """The float32 graph's ``dQ = (scale / T) dZ K`` would use a factor rounded to 0: the graph declines,
+    and auto dispatch answers on numpy (which forms the product in float64).
+    """
+    rng = np.random.default_rng(3)
+    bt = backward_task(rng, SHAPES[0], dtype="float32", scale=1e-25, temperature=1e24)
+    assert "underflows float32" in onnx_engine.backward_unsupported_reason(bt)
+    assert onnx_engine.backward_unsupported_reason(backward_task(rng, SHAPES[0], dtype="float64", scale=1e-25)) is None
+    onnx_first = EngineDispatcher({"numpy": NUMPY, "onnx": onnx_engine}, backward_order=("onnx", "numpy"))
+    engine, choice = onnx_first.select(bt, "auto")
+    assert engine is NUMPY and "underflows float32" in choice.reason
+    with pytest.raises(EngineUnavailable, match="underflows float32"):
+        onnx_first.select(bt, "onnx")
+
+
 def test_auto_picks_numpy_first_and_onnx_when_named(onnx_engine: OnnxEngine) -> None:
     rng = np.random.default_rng(1)
     d = EngineDispatcher({"numpy": NUMPY, "onnx": onnx_engine})

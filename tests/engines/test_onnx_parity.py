@@ -300,6 +300,27 @@ def test_explicit_scale_and_temperature(onnx_engine: OnnxEngine) -> None:
                 check(onnx_engine, task)
 
 
+@pytest.mark.parametrize(("scale", "temperature"), [(1e-40, 1.0), (1e-25, 1e24)])
+def test_float32_scale_over_temperature_below_the_normal_range(
+    onnx_engine: OnnxEngine, scale: float, temperature: float
+) -> None:
+    """The float32 graphs take scale / T as float32, where 1e-40 is subnormal and 1e-49 is 0: the engine
+    scales the query in float64 instead, and agrees with numpy (and float64) on scores of order 1.
+    """
+    rng = np.random.default_rng(12)
+    big = (scale / temperature) ** -0.5
+    for normalizer, alpha in NORMALIZERS:
+        task = make_task(
+            rng, SHAPES[0], normalizer=normalizer, alpha=alpha, mask="float", scale=scale, temperature=temperature
+        )
+        task.inputs.query *= big
+        task.inputs.key *= big
+        got = check(onnx_engine, task)
+        exact = NUMPY.run(AttentionTask(task.inputs, task.params, np.dtype(np.float64), True, True))
+        np.testing.assert_allclose(got.weights, exact.weights, rtol=1e-5, atol=1e-5)
+        assert np.ptp(exact.weights, axis=-1).max() > 0.1  # not the uniform rows of a factor rounded to 0
+
+
 def test_bias_broadcast_shapes(onnx_engine: OnnxEngine) -> None:
     """Float and bool masks of every broadcastable shape: (S,), (L, S), (B,1,1,S), (1,Hq,L,1), full."""
     rng = np.random.default_rng(13)
