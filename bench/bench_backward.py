@@ -1,13 +1,15 @@
 """Backward against forward: how much a gradient costs, on each engine, measured in one run.
 
-For a few shapes (float32 softmax, causal, S = L, four query heads per kv head pair as GQA does not
+For a few shapes (float32 softmax by default, causal, S = L, four query heads per kv head pair as GQA does not
 change the cost), times the forward pass (output and weights) and the backward pass (the gradients of
 query, key and value) on the numpy engine as the service runs it (worker threads, BLAS one thread per
 call) and on the ONNX engine (the fused forward graph, the softmax backward graph), and prints the
 medians and the backward/forward ratio. The ratio is the figure to read: the two passes alternate,
 so both see the same machine.
 
-    python bench/bench_backward.py [--repeats 7]
+    python bench/bench_backward.py [--repeats 7] [--normalizer relu]
+
+An engine without a backward pass for the normalizer (ONNX has one for softmax only) is left out.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def paired_medians(a: Callable[[], object], b: Callable[[], object], repeats: in
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--normalizer", default="softmax", choices=("softmax", "sparsemax", "entmax15", "relu"))
     args = parser.parse_args()
     numpy_engine = NumpyEngine()
     numpy_engine.start()
@@ -59,16 +62,22 @@ def main() -> int:
         f"numpy engine threads {numpy_engine.threads}; ONNX on {onnx_engine.provider}"
     )
     print()
+    print(f"normalizer {args.normalizer}, float32\n")
     print("| shape (B, H, L, E), S = L | engine | forward ms | backward ms | backward / forward |")
     print("|---|---|---:|---:|---:|")
     for B, H, L, E in SHAPES:
         rng = np.random.default_rng(0)
         q, k, v, g = (rng.standard_normal((B, H, L, E), dtype=np.float32) for _ in range(4))
         task = AttentionTask(
-            AttentionInputs(q, k, v), AttentionParams(causal="top_left"), np.dtype(np.float32), need_weights=True
+            AttentionInputs(q, k, v),
+            AttentionParams(normalizer=args.normalizer, causal="top_left"),
+            np.dtype(np.float32),
+            need_weights=True,
         )
         backward = BackwardTask(task, g)
         for name, engine in (("numpy", numpy_engine), ("onnx", onnx_engine)):
+            if engine.backward_unsupported_reason(backward) is not None:
+                continue
             forward_s, backward_s = paired_medians(
                 lambda e=engine, t=task: e.run(t), lambda e=engine, b=backward: e.run_backward(b), args.repeats
             )

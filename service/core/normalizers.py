@@ -393,12 +393,12 @@ def relu_backward(z: np.ndarray, g: np.ndarray, axis: int = -1, *, p: np.ndarray
     z, g = _float_pair(z, g)
     if p is None:
         p = relu_normalize(z, axis)
-    # g may hold anything where p is 0 (masked positions): it only enters where the weights live
-    gp = np.sum(np.multiply(g, p, out=np.zeros_like(g), where=p > 0), axis=axis, keepdims=True)
-    with np.errstate(under="ignore", over="ignore", invalid="ignore"):  # junk off the support is zeroed below
-        grad: np.ndarray = g - gp
+    active = z > 0
+    grad: np.ndarray = np.where(active, g, 0)  # g may hold anything off the support (masked positions)
+    with np.errstate(under="ignore", over="ignore"):
+        grad -= np.sum(grad * p, axis=axis, keepdims=True)
         grad /= relu_row_sums(z, p, axis)
-    grad[~(z > 0)] = 0
+    grad *= active
     return grad.astype(z.dtype, copy=False)
 
 
