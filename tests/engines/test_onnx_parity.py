@@ -26,9 +26,10 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from service.core.errors import NumericalError
 from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask
 from service.engines.numpy_engine import NumpyEngine
 from service.engines.onnx_engine import OnnxEngine
@@ -319,6 +320,59 @@ def test_float32_scale_over_temperature_below_the_normal_range(
         exact = NUMPY.run(AttentionTask(task.inputs, task.params, np.dtype(np.float64), True, True))
         np.testing.assert_allclose(got.weights, exact.weights, rtol=1e-5, atol=1e-5)
         assert np.ptp(exact.weights, axis=-1).max() > 0.1  # not the uniform rows of a factor rounded to 0
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    normalizer=st.sampled_from(NORMALIZERS),
+    score_exp=st.integers(-8, 30),
+    factor_exp=st.integers(-60, 37),
+    temperature_exp=st.integers(-38, 38),
+    mask=st.sampled_from(MASKS),
+    causal=st.sampled_from(CAUSAL),
+    seed=st.integers(0, 2**31),
+)
+def test_float32_is_float64_rounded_at_extreme_scales(
+    onnx_engine: OnnxEngine, normalizer, score_exp, factor_exp, temperature_exp, mask, causal, seed
+) -> None:
+    """A float32 answer is float64's to float32 precision, or both engines refuse it, at any scale / T.
+
+    Scores of 1e-8 to 1e30 reached with scale / T anywhere from 1e-60 to 1e37 (queries and keys sized
+    to match, within float32), on numpy and ONNX; a score carries |z| * 2^-24 of rounding. Never a
+    silently flattened row: this is how the rounding of scale / T to 0 in float32 was found. (Beyond
+    ~1e30 a float32 GEMM may overflow in its partial sums, as MLAS did at 3.2e38 where OpenBLAS did
+    not: float32's own limit.)
+    """
+    size = 10.0 ** ((score_exp - factor_exp) / 2)
+    assume(1e-15 <= size <= 1e30)
+    temperature = 10.0**temperature_exp
+    scale = 10.0**factor_exp * temperature
+    name, alpha = normalizer
+    rng = np.random.default_rng(seed)
+    task = make_task(
+        rng, SHAPES[3], normalizer=name, alpha=alpha, mask=mask, causal=causal, scale=scale, temperature=temperature
+    )
+    task.inputs.query *= size
+    task.inputs.key *= size
+    task.inputs.query, task.inputs.key, task.inputs.value = (
+        x.astype(np.float32) for x in (task.inputs.query, task.inputs.key, task.inputs.value)
+    )
+    results = {}
+    for engine, dtype in ((NUMPY, "float32"), (onnx_engine, "float32"), (NUMPY, "float64")):
+        t = AttentionTask(task.inputs, task.params, np.dtype(dtype), True, True)
+        try:
+            results[engine.name, dtype] = engine.run(t)
+        except NumericalError:
+            results[engine.name, dtype] = None
+    f32, onnx32, f64 = results["numpy", "float32"], results["onnx", "float32"], results["numpy", "float64"]
+    assert (f32 is None) == (onnx32 is None), "one engine refused what the other answered"
+    if f32 is None or f64 is None:
+        return
+    finite = np.isfinite(f64.scores)
+    atol = 4e-7 * max(1.0, float(np.abs(f64.scores[finite]).max(initial=0.0))) * np.sqrt(SHAPES[3][5])
+    np.testing.assert_allclose(f32.weights, f64.weights, rtol=0, atol=atol)
+    np.testing.assert_allclose(onnx32.weights, f64.weights, rtol=0, atol=max(atol, 1e-5))
+    np.testing.assert_array_equal(f32.valid_keys, f64.valid_keys)
 
 
 def test_bias_broadcast_shapes(onnx_engine: OnnxEngine) -> None:
