@@ -138,6 +138,16 @@ def check_params(params: AttentionParams) -> None:
         )
 
 
+def resolved_scale(params: AttentionParams, head_dim: int) -> float:
+    """The scale a request runs at: its own, or ``1/sqrt(E)`` when it gives none (semantics.md, "Pipeline")."""
+    return params.scale if params.scale is not None else 1.0 / math.sqrt(head_dim)
+
+
+def widened_factor(factor: float | np.floating, dtype: np.dtype | type) -> bool:
+    """Whether :func:`score_factor` gave ``factor`` in float64 because ``dtype`` cannot hold it as a normal number."""
+    return bool(np.asarray(factor).dtype != np.dtype(dtype))
+
+
 def overflow_error(dtype: np.dtype | type, what: str = "the scores") -> NumericalError:
     """The 422 for a result that does not fit the compute dtype (never a silent dead row or a null)."""
     name = np.dtype(dtype).name
@@ -274,7 +284,7 @@ def _prepare(inputs: AttentionInputs, params: AttentionParams, dtype: np.dtype) 
     relu = params.normalizer == "relu"
     bias = None if raw_bias is None else scaled_bias(raw_bias, params.temperature, dtype, check=not relu)
     drop = None if keep is None else ~keep
-    scale = params.scale if params.scale is not None else 1.0 / math.sqrt(dims.E)
+    scale = resolved_scale(params, dims.E)
     if relu:  # unused by relu's weights (its scores are formed in float64 without the temperature)
         factor: np.floating = np.float64(scale / params.temperature)
     else:

@@ -38,8 +38,10 @@ from service.core.attention import (
     check_scores_finite,
     overflow_error,
     promote_to_4d,
+    resolved_scale,
     scaled_bias,
     score_factor,
+    widened_factor,
 )
 from service.core.backward import (
     BACKWARD_RETURNS,
@@ -471,7 +473,7 @@ class OnnxEngine:
 
         keep = keep_mask(B, Hq, L, S, mask=inputs.mask, causal=params.causal, key_lengths=inputs.key_lengths)
         valid_keys = valid_key_counts(keep, target)
-        scale = params.scale if params.scale is not None else 1.0 / math.sqrt(dims.E)
+        scale = resolved_scale(params, dims.E)
         relu = params.normalizer == "relu"
         mask = inputs.mask
         float_mask = None if mask is None or np.asarray(mask).dtype == bool else as_4d_mask(np.asarray(mask), target)
@@ -487,9 +489,9 @@ class OnnxEngine:
             factor, temperature = score_factor(scale, params.temperature, dtype), 1.0
             bias = None if float_mask is None else scaled_bias(float_mask, params.temperature, dtype)
         query = promote_to_4d(inputs.query)
-        if np.dtype(types.get("scale", dtype)).itemsize < np.asarray(factor).itemsize:
-            # scale / T underflows the graph's float32 scale (score_factor gave it in float64): the query
-            # is scaled in float64 and rounded once instead, as the numpy engine forms Q * factor
+        if not relu and widened_factor(factor, dtype):
+            # scale / T underflows the graph's float32 scale: the query is scaled in float64 and rounded
+            # once instead, as the numpy engine forms Q * factor
             query, factor = np.asarray(query, dtype=np.float64) * factor, 1.0
         feeds = {
             "query": np.ascontiguousarray(query, dtype=dtype),
@@ -584,13 +586,12 @@ class OnnxEngine:
         if self.backward_graph_for(task) is None:
             normalizer, dtype, _, _ = key
             return f"no ONNX backward graph serves normalizer {normalizer} in {dtype}"
-        params, dims = task.task.params, task.task.inputs.query.shape
-        scale = params.scale if params.scale is not None else 1.0 / math.sqrt(dims[-1])
-        factor = score_factor(scale, params.temperature, task.task.dtype)
-        if np.asarray(factor).dtype != np.dtype(task.task.dtype):
+        params, compute = task.task.params, task.task.dtype
+        factor = score_factor(resolved_scale(params, task.task.inputs.query.shape[-1]), params.temperature, compute)
+        if widened_factor(factor, compute):
             # the graph would take scale / T as float32, where it underflows (the forward pass scales the
             # query in float64 instead; dQ = (scale / T) dZ K would need the same outside the graph)
-            return f"scale / temperature = {float(factor):.3g} underflows {np.dtype(task.task.dtype).name} in the graph"
+            return f"scale / temperature = {float(factor):.3g} underflows {np.dtype(compute).name} in the graph"
         return None
 
     def run_backward(self, task: BackwardTask) -> BackwardResult:
@@ -662,7 +663,7 @@ class OnnxEngine:
         if "weights" in want:
             result.weights = got["weights"].reshape(lead + (dims.S,))
         if "grad_scale" in want:
-            scale = params.scale if params.scale is not None else 1.0 / math.sqrt(dims.E)
+            scale = resolved_scale(params, dims.E)
             dq = got["grad_query"].astype(np.float64)
             result.grad_scale = float(np.sum(feeds["query"].astype(np.float64) * dq) / scale)
         if "grad_temperature" in want:
