@@ -61,7 +61,6 @@ from service.core.attention import (
     check_live_rows,
     check_scores_finite,
     promote_to_4d,
-    resolved_scale,
     run_chunks,
 )
 from service.core.errors import InvalidInput, NumericalError
@@ -404,7 +403,7 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
     run_chunks(d, work, executor, workers)
 
     T = 1.0 if temperature_free else params.temperature  # the temperature the gradients were computed at
-    scale = resolved_scale(params, d.E)
+    scale = p.scale  # the request's, or 1/sqrt(E) (_prepare)
     result = BackwardResult(valid_keys=p.valid_keys)
     grad_mask = None
     if gm4 is not None and mask is not None:
