@@ -27,7 +27,7 @@ from functools import partial
 import numpy as np
 from timing import all_cores, matmul_rate, median_time
 
-import service.core.attention as core
+import service.core.attention.forward as core
 from service.core.types import AttentionInputs, AttentionParams, AttentionTask
 from service.engines.numpy_engine import NumpyEngine
 

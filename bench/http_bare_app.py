@@ -22,8 +22,9 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the service, when run as a script
-from service.core.attention import AttentionInputs, AttentionParams, AttentionTask, run_attention
+from service.core.attention import run_attention
 from service.core.diagnostics import attention_diagnostics
+from service.core.types import AttentionInputs, AttentionParams, AttentionTask
 
 app = FastAPI()
 CONSTANT = b'{"ok":true}'

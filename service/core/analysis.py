@@ -30,13 +30,9 @@ from typing import Any
 import numpy as np
 
 from service.core import normalizers
-from service.core.attention import (
-    CHUNK_ELEMENTS,
-    _chunk_scores,
-    _chunks,
-    _prepare,
-    check_dims,
-)
+from service.core.attention import check_dims
+from service.core.attention.chunks import CHUNK_ELEMENTS, chunk_scores, plan_chunks
+from service.core.attention.prepared import prepare
 from service.core.backward import jacobian_norms
 from service.core.errors import InvalidInput
 from service.core.types import AttentionInputs, AttentionParams, Causal
@@ -149,13 +145,13 @@ def analyze(
             normalizer=normalizer, alpha=alpha, scale=point.scale, temperature=point.temperature, causal=causal
         )
         # value = key: its shape passes the checks and the pass never reads it
-        p = _prepare(AttentionInputs(q, k, k, mask, key_lengths), params, np.dtype(np.float64))
+        p = prepare(AttentionInputs(q, k, k, mask, key_lengths), params, np.dtype(np.float64))
         sums = _Sums()
-        for c in _chunks(p.dims, CHUNK_ELEMENTS):
+        for c in plan_chunks(p.dims, CHUNK_ELEMENTS):
             nkv = c.kv.stop - c.kv.start
             z = np.empty((nkv, (c.g.stop - c.g.start) * (c.l.stop - c.l.start), dims.S))
             with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-                _chunk_scores(p, c, z)
+                chunk_scores(p, c, z)
                 _add_chunk(sums, z, normalizer, alpha, vanishing_threshold, saturation_margin)
         rows_out.append(_row(point, sums))
     return rows_out

@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from service.core.attention import CHUNK_ELEMENTS, Dims
+from service.core.attention import Dims
+from service.core.attention.chunks import CHUNK_ELEMENTS
 from service.core.normalizers import _CHUNK_ELEMENTS
 
 REFERENCE_GEMM_FLOPS_PER_S = 50e9

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.core.attention import attention, attention_backward, check_dims, run_attention
+from service.core.attention import attention, check_dims, run_attention
+from service.core.backward import BackwardTask, run_backward
 from service.core.errors import InvalidInput, NumericalError
 from service.core.types import AttentionInputs, AttentionParams, AttentionTask
 from tests.golden import load, task_from_request, tolerance
@@ -29,7 +30,7 @@ def test_golden_forward(case: dict) -> None:
 @pytest.mark.parametrize("case", load("backward"), ids=lambda c: f"{c['request']['normalizer']}")
 def test_golden_backward(case: dict) -> None:
     task = task_from_request(case["request"])
-    grads = attention_backward(task, np.array(case["request"]["grad_output"]))
+    grads = run_backward(BackwardTask(task, np.array(case["request"]["grad_output"])))
     tol = tolerance(case["request"])
     for name in ("grad_query", "grad_key", "grad_value"):
         np.testing.assert_allclose(
@@ -196,7 +197,7 @@ def test_float32_scale_over_temperature_below_the_normal_range(
     if normalizer == "relu":
         return
     got_b, want_b = (
-        attention_backward(AttentionTask(AttentionInputs(q, k, v), params, np.dtype(dtype)), g)
+        run_backward(BackwardTask(AttentionTask(AttentionInputs(q, k, v), params, np.dtype(dtype)), g))
         for dtype in (np.float32, np.float64)
     )
     for name in ("grad_query", "grad_key", "grad_value"):
@@ -306,7 +307,7 @@ def test_backward_matches_finite_differences(normalizer: str, alpha: float | Non
         return float((attention(q_, k_, v_, params=params, dtype=np.float64).output * g).sum())
 
     task = AttentionTask(AttentionInputs(q, k, v), params, np.dtype(np.float64))
-    grads = attention_backward(task, g)
+    grads = run_backward(BackwardTask(task, g))
     eps = 1e-6
     for name, x, analytic in (("q", q, grads.grad_query), ("k", k, grads.grad_key), ("v", v, grads.grad_value)):
         numeric = np.zeros_like(x)
@@ -326,12 +327,12 @@ def test_chunking_and_threads_do_not_change_results(monkeypatch, budget: int, th
     """Chunks of rows, of query heads and of kv heads (with every mask kind) give the same numbers."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import service.core.attention as core
+    from service.core.attention import chunks, forward
 
-    monkeypatch.setattr(core, "CHUNK_ELEMENTS", budget)
-    monkeypatch.setattr(core, "MIN_CHUNK_ELEMENTS", 1)
-    monkeypatch.setattr(core, "PARALLEL_MIN_ELEMENTS", 1)
-    monkeypatch.setattr(core, "FAST_PATH_SCORES", 0)  # these tasks are small: chunk them all the same
+    monkeypatch.setattr(chunks, "CHUNK_ELEMENTS", budget)
+    monkeypatch.setattr(chunks, "MIN_CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(chunks, "PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(forward, "FAST_PATH_SCORES", 0)  # these tasks are small: chunk them all the same
     rng = np.random.default_rng(budget)
     q, k, v = rand(rng, 2, 6, 5, 4), rand(rng, 2, 2, 7, 4), rand(rng, 2, 2, 7, 3)
     keep = rng.random((2, 6, 5, 7)) > 0.3
@@ -349,9 +350,9 @@ def test_chunking_and_threads_do_not_change_results(monkeypatch, budget: int, th
                     AttentionInputs(q, k, v, mask, key_lengths), params, np.dtype(np.float64), True, True
                 )
                 got = run_attention(task, executor=executor, workers=threads or 1)
-                monkeypatch.setattr(core, "CHUNK_ELEMENTS", 1 << 30)
+                monkeypatch.setattr(chunks, "CHUNK_ELEMENTS", 1 << 30)
                 want = run_attention(task)
-                monkeypatch.setattr(core, "CHUNK_ELEMENTS", budget)
+                monkeypatch.setattr(chunks, "CHUNK_ELEMENTS", budget)
                 np.testing.assert_allclose(got.output, want.output, atol=1e-12)
                 np.testing.assert_allclose(got.weights, want.weights, atol=1e-12)
                 np.testing.assert_allclose(

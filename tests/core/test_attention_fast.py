@@ -1,4 +1,4 @@
-"""The shortcuts for small tasks: the one-pass path (``_forward_small``) against the chunked path (the same
+"""The shortcuts for small tasks: the one-pass path (``forward_small``) against the chunked path (the same
 numbers, bit for bit), and the per-size caches and no-op skips on the way.
 """
 
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import service.core.attention as core
+from service.core.attention import forward, prepared
 from service.core.errors import NumericalError
 from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask
 
@@ -26,9 +27,9 @@ NORMALIZERS = [
 
 def both_paths(monkeypatch: pytest.MonkeyPatch, task: AttentionTask) -> tuple[AttentionResult, AttentionResult]:
     """(one-pass result, chunked result) of ``task``."""
-    monkeypatch.setattr(core, "FAST_PATH_SCORES", 1 << 30)
+    monkeypatch.setattr(forward, "FAST_PATH_SCORES", 1 << 30)
     fast = core.run_attention(task)
-    monkeypatch.setattr(core, "FAST_PATH_SCORES", -1)
+    monkeypatch.setattr(forward, "FAST_PATH_SCORES", -1)
     chunked = core.run_attention(task)
     return fast, chunked
 
@@ -110,7 +111,7 @@ def test_fast_path_raises_what_the_chunked_path_raises(monkeypatch: pytest.Monke
     task = AttentionTask(AttentionInputs(q, q, q), AttentionParams(), np.dtype(np.float32), True, True)
     messages = []
     for threshold in (1 << 30, -1):
-        monkeypatch.setattr(core, "FAST_PATH_SCORES", threshold)
+        monkeypatch.setattr(forward, "FAST_PATH_SCORES", threshold)
         with pytest.raises(NumericalError) as err:
             core.run_attention(task)
         messages.append(str(err.value))
@@ -120,16 +121,16 @@ def test_fast_path_raises_what_the_chunked_path_raises(monkeypatch: pytest.Monke
 @pytest.mark.parametrize(("shape", "fast"), [((1, 1, 4, 4), True), ((2, 8, 32, 64), True), ((2, 8, 32, 65), False)])
 def test_threshold_switch(monkeypatch: pytest.MonkeyPatch, shape: tuple[int, int, int, int], fast: bool) -> None:
     """Tasks of at most FAST_PATH_SCORES = 2**15 scores (B*Hq*L*S) take the one-pass path, larger ones the chunks."""
-    assert core.FAST_PATH_SCORES == 1 << 15
+    assert forward.FAST_PATH_SCORES == 1 << 15
     B, H, L, S = shape
     calls: list[str] = []
-    small, chunked = core._forward_small, core._forward_chunked
-    monkeypatch.setattr(core, "_forward_small", lambda *a: calls.append("fast") or small(*a))
-    monkeypatch.setattr(core, "_forward_chunked", lambda *a: calls.append("chunked") or chunked(*a))
+    small, chunked = forward.forward_small, forward.forward_chunked
+    monkeypatch.setattr(forward, "forward_small", lambda *a: calls.append("fast") or small(*a))
+    monkeypatch.setattr(forward, "forward_chunked", lambda *a: calls.append("chunked") or chunked(*a))
     x = np.ones((B, H, L, 4)), np.ones((B, H, S, 4))
     core.run_attention(AttentionTask(AttentionInputs(x[0], x[1], x[1])))
     assert calls == (["fast"] if fast else ["chunked"])
-    assert (B * H * L * S <= core.FAST_PATH_SCORES) == fast
+    assert (B * H * L * S <= forward.FAST_PATH_SCORES) == fast
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -152,8 +153,8 @@ def test_causal_keep_is_shared_and_read_only(monkeypatch: pytest.MonkeyPatch) ->
     """A causal-only mask of a small task is built once per (L, S, alignment) and cannot be written through."""
     from service.core.masks import combine_keep
 
-    a = core._causal_keep(3, 5, "bottom_right")
-    assert a is core._causal_keep(3, 5, "bottom_right") and not a.flags.writeable
+    a = prepared.cached_causal_keep(3, 5, "bottom_right")
+    assert a is prepared.cached_causal_keep(3, 5, "bottom_right") and not a.flags.writeable
     want = combine_keep(None, None, causal="bottom_right", key_lengths=None, batch=1, L=3, S=5)
     assert want is not None and np.array_equal(a, want)
 

@@ -164,7 +164,7 @@ def test_fully_masked_rows_give_zero_gradients(normalizer: str, alpha: float | N
 
 
 def test_float32_agrees_with_float64_and_threads_do_not_change_results(monkeypatch) -> None:
-    import service.core.attention as core
+    from service.core.attention import chunks
 
     rng = np.random.default_rng(11)
     q, k, v = rand(rng, 2, 6, 9, 8), rand(rng, 2, 3, 7, 8), rand(rng, 2, 3, 7, 5)
@@ -181,9 +181,9 @@ def test_float32_agrees_with_float64_and_threads_do_not_change_results(monkeypat
     for name in ("grad_query", "grad_key", "grad_value", "grad_mask", "output", "weights"):
         np.testing.assert_allclose(getattr(f32, name), getattr(ref, name), atol=2e-5, err_msg=name)
     assert f32.grad_scale == pytest.approx(ref.grad_scale, abs=1e-4)
-    monkeypatch.setattr(core, "CHUNK_ELEMENTS", 20)
-    monkeypatch.setattr(core, "MIN_CHUNK_ELEMENTS", 1)
-    monkeypatch.setattr(core, "PARALLEL_MIN_ELEMENTS", 1)  # the backward is chunked by core.run_chunks too
+    monkeypatch.setattr(chunks, "CHUNK_ELEMENTS", 20)
+    monkeypatch.setattr(chunks, "MIN_CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(chunks, "PARALLEL_MIN_ELEMENTS", 1)  # the backward is chunked by chunks.run_chunks too
     with ThreadPoolExecutor(2) as ex:
         chunked = run_backward(
             BackwardTask(AttentionTask(AttentionInputs(q, k, v, mask), params, np.dtype(np.float64)), g, want=want),
