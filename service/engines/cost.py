@@ -25,7 +25,7 @@ from functools import lru_cache
 
 from service.core.attention import Dims
 from service.core.attention.chunks import CHUNK_ELEMENTS
-from service.core.normalizers import _CHUNK_ELEMENTS
+from service.core.normalizers import ROW_CHUNK_ELEMENTS
 
 REFERENCE_GEMM_FLOPS_PER_S = 50e9
 """float32 GEMM rate of one core of the reference machine (1024^3, one BLAS thread)."""
@@ -94,7 +94,7 @@ ONNX_DEFAULT_NS_PER_SCORE = 1400.0
 ONNX_DEFAULT_BYTES_PER_SCORE = 80.0
 """For a graph the tables do not name (a newly exported one): the largest of the measured graphs."""
 
-SORT_BLOCK_ELEMENTS = _CHUNK_ELEMENTS
+SORT_BLOCK_ELEMENTS = ROW_CHUNK_ELEMENTS
 """Row blocks of the sort-based and bisection kernels (the normalizers' own chunk size)."""
 
 
