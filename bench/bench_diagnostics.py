@@ -23,7 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service.core import diagnostics  # noqa: E402
+from service.core.diagnostics import report as diagnostics  # noqa: E402
 
 SHAPES = [(1, 1, 4, 4), (1, 2, 8, 8), (1, 4, 8, 8), (1, 2, 16, 16), (1, 4, 16, 16), (1, 8, 16, 16), (1, 8, 32, 32)]
 

@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.core import diagnostics as diag
 from service.core.diagnostics import (
     DiagnosticThresholds,
     attention_diagnostics,
     probability_diagnostics,
+    report,
+    rows,
 )
 
 REFERENCE_ROWS = np.array([[1.0, 0.5, 2.5, -0.1], [2.1, 0.5, -1.2, 3.0], [1.8, -0.3, 2.5, 0.1]], dtype=np.float64)
@@ -32,7 +33,7 @@ ROW_KEYS = (
 @pytest.fixture(autouse=True, params=["list", "numpy"])
 def diagnostics_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test runs on both paths of attention_diagnostics: the list path of small inputs and the numpy one."""
-    monkeypatch.setattr(diag, "_SMALL_WORK", 1 << 40 if request.param == "list" else 0)
+    monkeypatch.setattr(report, "_SMALL_WORK", 1 << 40 if request.param == "list" else 0)
 
 
 def plain_softmax(z: np.ndarray) -> np.ndarray:
@@ -279,7 +280,7 @@ def test_score_stats_ignore_minus_inf() -> None:
 
 
 def test_score_stats_many_blocks_and_huge_values(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(diag, "_BLOCK_ELEMENTS", 7)
+    monkeypatch.setattr(rows, "BLOCK_ELEMENTS", 7)
     rng = np.random.default_rng(3)
     scores = rng.normal(5.0, 2.0, size=(2, 3, 4, 5))
     scores[0, 1, 2, :3] = -np.inf
@@ -441,7 +442,7 @@ def masked_softmax(shape: tuple[int, ...], dtype: type, causal: str | None, seed
 def test_matches_naive_reference_for_any_blocking(
     monkeypatch: pytest.MonkeyPatch, block: int, causal: str | None, dtype: type
 ) -> None:
-    monkeypatch.setattr(diag, "_BLOCK_ELEMENTS", block)
+    monkeypatch.setattr(rows, "BLOCK_ELEMENTS", block)
     shape = (2, 3, 5, 7) if causal != "bottom_right" else (2, 3, 4, 9)
     w, vk = masked_softmax(shape, dtype, causal, seed=block)
     r = attention_diagnostics(w, vk, causal=causal)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.core import diagnostics as diag
+from service.core.diagnostics import report, rows
 
 
 def _same(a: Any, b: Any, where: str = "") -> None:
@@ -58,16 +59,16 @@ def test_one_pass_equals_blocks(
         w[..., 0, 0] = np.nan
     scores = np.where(w > 0, np.log(np.where(w > 0, w, 1)), -np.inf).astype(dtype)
     output = np.ones(shape[:3] + (2,), dtype)
-    saved, saved_small = diag._BLOCK_ELEMENTS, diag._SMALL_WORK
-    diag._SMALL_WORK = 0  # the numpy path whatever the size (test_diagnostics_small compares the list path)
+    saved, saved_small = rows.BLOCK_ELEMENTS, report._SMALL_WORK
+    report._SMALL_WORK = 0  # the numpy path whatever the size (test_diagnostics_small compares the list path)
     try:
         one_pass = diag.attention_diagnostics(w, valid, scores=scores, output=output, causal=causal)
         probs = diag.probability_diagnostics(w.reshape(-1, shape[-1]))
-        diag._BLOCK_ELEMENTS = 3  # every row its own block: the general path
+        rows.BLOCK_ELEMENTS = 3  # every row its own block: the general path
         blocked = diag.attention_diagnostics(w, valid, scores=scores, output=output, causal=causal)
         probs_blocked = diag.probability_diagnostics(w.reshape(-1, shape[-1]))
     finally:
-        diag._BLOCK_ELEMENTS, diag._SMALL_WORK = saved, saved_small
+        rows.BLOCK_ELEMENTS, report._SMALL_WORK = saved, saved_small
     # score statistics merge blocks with Chan's update, which rounds differently by design: toleranced
     stats, stats_blocked = one_pass.pop("score_stats"), blocked.pop("score_stats")
     assert (stats is None) == (stats_blocked is None)
@@ -79,9 +80,9 @@ def test_one_pass_equals_blocks(
 
 def test_cached_tables_are_read_only() -> None:
     """Query positions and distance tables are shared between calls: nobody may write into them."""
-    positions = diag._positions(4, 2)
+    positions = report.query_positions(4, 2)
     with pytest.raises(ValueError):
         positions[0] = 1.0
     with pytest.raises(ValueError):
-        diag._distances(positions, 5)[0, 0] = 1.0
-    np.testing.assert_array_equal(diag._distances(positions, 5)[1], [3, 2, 1, 0, 1])
+        rows.distances(positions, 5)[0, 0] = 1.0
+    np.testing.assert_array_equal(rows.distances(positions, 5)[1], [3, 2, 1, 0, 1])

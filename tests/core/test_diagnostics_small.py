@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.core import diagnostics as diag
-from service.core.diagnostics import DiagnosticThresholds, attention_diagnostics
+from service.core.diagnostics import DiagnosticThresholds, attention_diagnostics, report
+from service.core.diagnostics.small import small_diagnostics
 
 RTOL = 1e-12
 ATOL = 1e-13  # sums of S <= 16 terms of magnitude <= ~1 that may cancel (weights above 1)
@@ -29,12 +29,12 @@ CLOSE_ROWS = ("entropy", "normalized_entropy", "effective_support", "attention_d
 @contextmanager
 def path(name: str) -> Iterator[None]:
     """Force the list path (``"list"``) or the numpy path (``"numpy"``) whatever the size."""
-    saved = diag._SMALL_WORK
-    diag._SMALL_WORK = 1 << 40 if name == "list" else 0
+    saved = report._SMALL_WORK
+    report._SMALL_WORK = 1 << 40 if name == "list" else 0
     try:
         yield
     finally:
-        diag._SMALL_WORK = saved
+        report._SMALL_WORK = saved
 
 
 def both(w: np.ndarray, valid: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -203,14 +203,14 @@ def test_every_special_row_on_both_paths(dtype: type) -> None:
 def test_thresholds_switch_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     """The list path runs up to ``weights + 16 * rows == _SMALL_WORK`` and not one weight beyond."""
     calls: list[tuple[int, ...]] = []
-    small = diag._small_diagnostics
+    small_path = small_diagnostics
 
     def spy(w: np.ndarray, *args: Any) -> dict[str, Any] | None:
         calls.append(w.shape)
-        return small(w, *args)
+        return small_path(w, *args)
 
-    monkeypatch.setattr(diag, "_small_diagnostics", spy)
-    assert diag._SMALL_WORK == 384 and diag._ROW_WORK == 16
+    monkeypatch.setattr(report, "small_diagnostics", spy)
+    assert report._SMALL_WORK == 384 and report._ROW_WORK == 16
     at = (1, 1, 8, 32)  # 256 weights + 16 * 8 rows = 384
     above = (1, 1, 8, 33)  # 264 + 128 = 392
     many_rows = (2, 2, 8, 4)  # 128 + 16 * 32 = 640
@@ -230,7 +230,7 @@ def test_thresholds_switch_paths(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_list_path_declines_huge_weights() -> None:
     """Finite weights beyond 1e290 may overflow a sum: the numpy path, which clamps, answers."""
     w = np.array([[[[1e308, 1e308, 0.0], [0.5, 0.5, 0.0]]]])
-    assert diag._small_diagnostics(w, np.full((1, 1, 2), 3), None, None, 0, DiagnosticThresholds()) is None
+    assert small_diagnostics(w, np.full((1, 1, 2), 3), None, None, 0, DiagnosticThresholds()) is None
     small, big = both(w, 3)
     assert_same(small, big)
     assert math.isfinite(small["entropy"][0, 0, 0]) and small["row_sum_max_error"] == np.finfo(np.float64).max
