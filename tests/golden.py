@@ -1,4 +1,4 @@
-"""Loading the golden cases computed by PyTorch and the entmax package (shared/spec/golden)."""
+"""Loading the golden cases computed by PyTorch, the entmax package and Hugging Face's warpers (tests/golden/)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 
 from service.core.types import AttentionInputs, AttentionParams, AttentionTask
 
-SPEC_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "spec"
-GOLDEN_DIR = SPEC_DIR / "golden"
+GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
+"""The reference cases, kept in the repository (tests/golden/README.md says where they come from)."""
 
 
 @cache
