@@ -1,0 +1,102 @@
+"""The whole pipeline (steps 1-8) on a logits array: :func:`process`, and the raw softmax's statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.core.errors import InvalidInput
+from service.core.sampling.filters import Filtered, filter_logits, greedy, logsumexp
+from service.core.sampling.params import SamplingParams, TokenLists, check_params
+from service.core.sampling.penalties import apply_mask, apply_penalties, previous_token_pairs
+
+
+@dataclass(slots=True)
+class RawStats:
+    """Log-sum-exp and entropy of ``softmax(logits)`` as given, per row."""
+
+    max: np.ndarray
+    lse: np.ndarray
+    entropy: np.ndarray
+
+
+def raw_stats(logits: np.ndarray) -> RawStats:
+    """Per-row max, log-sum-exp (of ``logits - max``) and softmax entropy (nats) of finite (N, V) logits."""
+    m = np.max(logits, axis=-1, keepdims=True)
+    with np.errstate(over="ignore"):
+        x = logits - m  # may overflow to -inf across the whole float range ...
+    np.maximum(x, np.finfo(x.dtype).min, out=x)  # ... and 0 * -inf would be NaN in the entropy
+    with np.errstate(under="ignore"):
+        e = np.exp(x)
+    s = np.sum(e, axis=-1, dtype=np.float64)
+    ex = np.einsum("ij,ij->i", e, x, dtype=np.float64)  # sum of e * x without a temporary
+    lse = np.log(s)
+    return RawStats(m[:, 0].astype(np.float64), lse, np.maximum(lse - ex / s, 0.0))
+
+
+@dataclass(slots=True)
+class SampleResult:
+    """Everything /v1/sample can return; fields not asked for are None."""
+
+    filtered: Filtered
+    tokens: np.ndarray | None
+    logprobs: np.ndarray | None
+    raw_logprobs: np.ndarray | None
+    entropy_raw: np.ndarray | None
+
+
+def process(
+    logits: np.ndarray,
+    params: SamplingParams,
+    *,
+    mask: np.ndarray | None = None,
+    previous_tokens: TokenLists | None = None,
+    dtype: np.dtype | type | None = None,
+    removed_mass: bool = True,
+    raw: RawStats | None = None,
+) -> tuple[Filtered, np.ndarray]:
+    """Steps 1-8 on finite logits (V,) or (N, V): the final distribution and step 3's values (N, V).
+
+    ``removed_mass=False`` skips the pass that diagnostic needs; ``raw`` (:func:`raw_stats` of the same
+    logits) saves it when steps 1-4 leave the logits as they are. Raises :class:`InvalidInput` for bad
+    options, a mask that does not broadcast, token ids out of range, and rows with no token left after
+    the mask (nothing to sample).
+    """
+    check_params(params)
+    if logits.ndim not in (1, 2):
+        raise InvalidInput(f"logits must have rank 1 (V,) or 2 (N, V), got rank {logits.ndim}", ("logits",))
+    dtype = np.dtype(dtype or (logits.dtype if logits.dtype.kind == "f" else np.float64))
+    z = np.array(np.atleast_2d(logits), dtype=dtype, copy=True)
+    n_rows, vocab = z.shape
+    if mask is not None:
+        if mask.ndim > 2:
+            raise InvalidInput(f"mask has rank {mask.ndim}; the logits have rank {logits.ndim}", ("mask", "shape"))
+        apply_mask(z, mask)
+    penalized = False
+    if previous_tokens is not None:
+        r, t = previous_token_pairs(previous_tokens, n_rows, vocab)
+        penalized = apply_penalties(z, r, t, params)
+    zmax = np.max(z, axis=-1, keepdims=True)
+    dead = np.nonzero(zmax[:, 0] == -np.inf)[0]
+    if dead.size:
+        loc: tuple[str | int, ...] = ("mask",) if logits.ndim == 1 else ("mask", int(dead[0]))
+        raise InvalidInput(f"the mask removes every token of row {int(dead[0])}: there is nothing to sample", loc)
+    if params.temperature == 0:
+        return greedy(z), z
+    # Shifting by the row max first keeps z / T finite for any T > 0 (softmax is shift-invariant).
+    with np.errstate(over="ignore"):
+        y = z - zmax
+    if params.temperature != 1:
+        # A temperature below the dtype's smallest subnormal number would round to 0 (and 0 / 0 is NaN).
+        # A huge one would cast to inf: the largest finite one gives the same uniform answer.
+        info = np.finfo(dtype)
+        t = dtype.type(min(max(params.temperature, float(info.smallest_subnormal)), float(info.max)))
+        with np.errstate(under="ignore", over="ignore"):
+            y /= t
+    unchanged = mask is None and not penalized and params.temperature == 1
+    if raw is not None and unchanged:  # y is the logits minus their max: the raw log-sum-exp is y's
+        lse_all: np.ndarray | None = raw.lse
+    else:
+        lse_all = logsumexp(y) if removed_mass else None
+    return filter_logits(y, params, lse_all=lse_all), z
