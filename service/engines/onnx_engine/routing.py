@@ -1,0 +1,66 @@
+"""Which graph of the manifest serves a request: by normalizer, dtype, outputs needed and masking."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from service.core.types import AttentionTask
+
+SUPPORTED_DTYPES = ("float32", "float64")
+
+RequestKey = tuple[str, str, set[str], bool]
+"""(normalizer of the graph, dtype name, outputs needed, whether anything masks)."""
+
+
+def request_key(task: AttentionTask) -> RequestKey | str:
+    """(normalizer of the graph, dtype name, outputs needed, whether anything masks),
+    or the reason no graph can serve the task.
+    """
+    dtype = np.dtype(task.dtype).name
+    if dtype not in SUPPORTED_DTYPES:
+        return f"precision {dtype} has no ONNX graph (float32 and float64 only)"
+    normalizer = task.params.normalizer
+    if normalizer == "entmax":
+        alpha = task.params.alpha
+        if alpha is None or not math.isfinite(alpha) or alpha <= 1:
+            return f"entmax needs a finite alpha > 1, got {alpha}"
+        # the exact sort-based graphs, as the numpy reference does for these two alphas
+        normalizer = {2.0: "sparsemax", 1.5: "entmax15"}.get(float(alpha), "entmax")
+    outputs = {"output"}
+    if task.need_weights:
+        outputs.add("weights")
+    if task.need_scores:
+        outputs.add("scores")
+    inputs = task.inputs
+    masked = inputs.mask is not None or task.params.causal is not None or inputs.key_lengths is not None
+    return normalizer, dtype, outputs, masked
+
+
+def forward_graph(graphs: list[dict[str, Any]], key: RequestKey) -> str | None:
+    """The first forward graph of ``graphs`` (manifest entries, in order of preference) that serves ``key``."""
+    normalizer, dtype, outputs, masked = key
+    for g in graphs:
+        s = g["supports"]
+        if (
+            s.get("pass", "forward") == "forward"
+            and s["normalizer"] == normalizer
+            and s["dtype"] == dtype
+            and outputs <= set(s["outputs"])
+            and (s["masking"] or not masked)
+        ):
+            name: str = g["name"]
+            return name
+    return None
+
+
+def backward_graph(graphs: list[dict[str, Any]], key: RequestKey) -> str | None:
+    """The backward graph of ``graphs`` for the normalizer and dtype of ``key``."""
+    normalizer, dtype, _, _ = key
+    for g in graphs:
+        s = g["supports"]
+        if s.get("pass") == "backward" and s["normalizer"] == normalizer and s["dtype"] == dtype:
+            return str(g["name"])
+    return None
