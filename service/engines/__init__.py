@@ -1,1 +1,10 @@
-"""Engines that run attention: a small protocol, numpy and ONNX implementations, and dispatch."""
+"""Engines that run attention: a small protocol, numpy and ONNX implementations, and dispatch.
+
+Layout:
+
+- ``base``: the engine protocol, the engine choice a response reports, and reasons fit for clients.
+- ``cost``: estimated time and peak memory of a request on each engine (the model behind the budgets).
+- ``numpy_engine``: the numpy reference engine, on a thread pool.
+- ``onnx_engine``: the ONNX Runtime engine over the exported graphs of models/.
+- ``dispatch``: which engine serves a request (``auto`` and the explicit choices), within the budgets.
+"""

@@ -6,6 +6,12 @@ writes one ``.onnx`` file per graph of :data:`service.export.graphs.GRAPHS` and
 ``manifest.json`` listing each file's inputs, outputs, opset, IR version, what it
 supports and its sha256. The export is deterministic: re-running it gives
 byte-identical files, and a test checks the committed files against a fresh export.
+
+Layout:
+
+- ``builder``: a small deterministic wrapper around ``onnx.helper`` (:class:`~.builder.GraphBuilder`).
+- ``graphs``: every attention graph, built with the builder (:data:`~service.export.graphs.GRAPHS`).
+- ``__main__``: ``python -m service.export``.
 """
 
 from __future__ import annotations
