@@ -69,10 +69,11 @@ sys.path.insert(0, str(ROOT))
 from ports import free_port  # noqa: E402  (bench/ is on sys.path: run as a script)
 from timing import median_time  # noqa: E402
 
-from service.api import v1, v2  # noqa: E402
-from service.api.schemas import AttentionRequest  # noqa: E402
-from service.api.wire import json_response, parse_json_object  # noqa: E402
 from service.app import create_app  # noqa: E402
+from service.dataplane.memory import MemoryLease  # noqa: E402
+from service.dataplane.models import MODELS  # noqa: E402
+from service.http.v1.attention import attention_job  # noqa: E402
+from service.http.v2.routes import infer_job  # noqa: E402
 from service.settings import Settings  # noqa: E402
 
 SMALL, LARGE = (1, 1, 4, 4), (1, 8, 128, 64)
@@ -217,19 +218,16 @@ def in_process(
 ]:
     """Factories of in-process runs of the /v1 and /v2 handlers' work (the same functions, no HTTP)."""
     app = create_app(settings)
-    runtime = app.state.runtime
-    runtime.start_engines()
+    plane = app.state.plane
+    plane.runtime.start_engines()
 
     def v1_run(body: bytes) -> Callable[[], dict[str, float]]:
         def run() -> dict[str, float]:
             t0 = time.perf_counter()
             # the route's own steps: parse (simdjson for large bodies), validate, decode, compute, serialize
-            out = v1._compute_attention(
-                runtime, v1._validate(AttentionRequest, parse_json_object(body, v1.ATTENTION_TENSORS))
-            )
-            json_response(out)
+            content = attention_job(plane.context, body).run(MemoryLease(None))
             total = time.perf_counter() - t0
-            return {**out["timing_ms"], "total": total * 1e3}
+            return {**orjson.loads(content)["timing_ms"], "total": total * 1e3}
 
         return run
 
@@ -238,7 +236,9 @@ def in_process(
 
         def run() -> dict[str, float]:
             t0 = time.perf_counter()
-            content, out_headers, _ = v2._infer(runtime, v2.MODELS["attention"], body, header_length)
+            content, out_headers, _ = infer_job(plane.context, MODELS["attention"], body, header_length).run(
+                MemoryLease(None)
+            )
             total = time.perf_counter() - t0
             n = int(out_headers.get("Inference-Header-Content-Length", len(content)))
             timing = json.loads(orjson.loads(bytes(content[:n]))["parameters"]["timing_ms"])
@@ -263,9 +263,9 @@ def measure_in_process(run: Callable[[], dict[str, float]], budget_s: float) -> 
 def v2_answer(settings: Settings, body: bytes) -> bytes:
     """The service's answer to a /v2 JSON request, computed in-process."""
     app = create_app(settings)
-    runtime = app.state.runtime
-    runtime.start_engines()
-    content, _, _ = v2._infer(runtime, v2.MODELS["attention"], body, None)
+    plane = app.state.plane
+    plane.runtime.start_engines()
+    content, _, _ = infer_job(plane.context, MODELS["attention"], body, None).run(MemoryLease(None))
     return bytes(content)
 
 

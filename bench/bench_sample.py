@@ -41,9 +41,10 @@ sys.path.insert(0, str(ROOT))
 from ports import free_port  # noqa: E402  (bench/ is on sys.path: run as a script)
 from timing import median_time  # noqa: E402
 
-from service.api.logits import _sample_response  # noqa: E402
 from service.app import create_app  # noqa: E402
 from service.core import sampling  # noqa: E402
+from service.dataplane.memory import MemoryLease  # noqa: E402
+from service.http.v1.logits import sample_job  # noqa: E402
 from service.settings import Settings  # noqa: E402
 
 SHAPES = [(1, 32000), (1, 256000), (64, 32000)]
@@ -144,7 +145,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=30)
     args = ap.parse_args()
     app = create_app(Settings(enable_onnx=False))
-    runtime = app.state.runtime
+    ctx = app.state.plane.context
     port = free_port()
     rows = []
     load_before = os.getloadavg()
@@ -160,7 +161,7 @@ def main() -> None:
                 assert np.array_equal(t_ours, t_plain), "same seed, same distribution: same tokens"
                 core = median_ms(lambda z=z: ours(z), args.repeats)
                 base = median_ms(lambda z=z: plain(z), args.repeats)
-                handler = median_ms(lambda body=body: _sample_response(runtime, body), args.repeats)
+                handler = median_ms(lambda body=body: sample_job(ctx, body).run(MemoryLease(None)), args.repeats)
                 over_http = http_ms(port, body, args.repeats)
                 rows.append((shape, len(body), core, base, handler, over_http))
         finally:

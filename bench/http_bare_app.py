@@ -53,7 +53,7 @@ async def bare_attention(request: Request) -> Response:
     """A /v2 JSON attention request (float32 query, key and value) answered with output, weights and diagnostics
     by the service's own numerics (``service.core``), without its parsing, validation, budgets, dispatch, metrics
     or middleware: what no implementation on this server and these functions goes below. A plain Starlette
-    route (as the service's data plane, ``service/api/fast_routes.py``), not FastAPI's.
+    route, not FastAPI's.
     """
     tensors = {
         t["name"]: np.array(t["data"], dtype=np.float32).reshape(t["shape"])

@@ -1,8 +1,12 @@
 """Attention inference microservice.
 
-The maths lives in :mod:`service.core` (pure numpy), the engines that run it in
-:mod:`service.engines`, the ONNX graph builder in :mod:`service.export`, and the
-HTTP layer in :mod:`service.api`; :func:`service.app.create_app` wires them.
+- ``core``: the maths, pure numpy (attention, backward, normalizers, diagnostics, sampling, calibration);
+- ``engines``: numpy and ONNX Runtime behind one protocol, the dispatcher that picks one, cost models;
+- ``dataplane``: the operations on arrays and typed options, models, admission, budgets, scheduling;
+- ``http``: the REST front end (``/v1`` JSON, ``/v2`` Open Inference Protocol), its edge and pages;
+- ``export``: the ONNX graph builder (``models/``);
+- ``observability``: metrics, logs, spans; ``cli``: the command line; ``app``: :func:`service.app.create_app`
+  wires the parts.
 """
 
 __version__ = "0.1.0"

@@ -47,7 +47,7 @@ def _serve(settings: Settings) -> int:
         # timeout come from this protocol (uvicorn's httptools protocol has none; see its docstring).
         # uvicorn annotates this int but hands it to loop.call_later, which takes a float.
         timeout_keep_alive=settings.keep_alive_timeout_s,  # type: ignore[arg-type]
-        http="service.middleware.protocol:BoundedHttpToolsProtocol",
+        http="service.http.edge.protocol:BoundedHttpToolsProtocol",
     )
     return 0
 

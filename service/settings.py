@@ -161,7 +161,7 @@ class Settings(BaseSettings):
     diag_saturation_margin: float = Field(_DIAG.saturation_margin, gt=0, lt=1)
     diag_vanishing_threshold: float = Field(1e-3, ge=0)
 
-    # HTTP hardening (service/middleware; README "Production")
+    # HTTP hardening (service/http/edge; README "Production")
     max_body_bytes: int = Field(
         32 << 20, ge=1024, description="Largest request body on the wire, in bytes (413 before it is read in full)."
     )

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from service.engines.dispatch import EngineDispatcher
+from service.dataplane.runtime import Runtime
 from service.engines.numpy_engine import NumpyEngine
-from service.runtime import Runtime
 from service.settings import Settings
 
 
@@ -18,7 +17,7 @@ class FailsToStart(NumpyEngine):
 def test_a_failing_engine_does_not_stop_the_others_from_starting() -> None:
     later = NumpyEngine(threads=2)
     engines = {"broken": FailsToStart(), "numpy": later}
-    runtime = Runtime(Settings(enable_onnx=False), engines, EngineDispatcher(engines))
+    runtime = Runtime(Settings(enable_onnx=False), engines)
     runtime.start_engines()
     try:
         assert runtime.startup_done.is_set()

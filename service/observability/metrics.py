@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Collection
 from typing import Any
 
@@ -30,9 +29,6 @@ from prometheus_client import (
     process_collector,
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-
-from service.core.types import NORMALIZERS
-from service.observability.tracing import span
 
 logger = logging.getLogger("service.metrics")
 
@@ -169,6 +165,7 @@ class ServiceMetrics:
             registry=r,
         )
         self._request_children: dict[tuple[str, str, str, int], tuple[Any, Any, Any, Any]] = {}
+        self._compute: dict[tuple[str, str, str, str], Any] = {}
         for reason in REJECT_REASONS:
             self.rejected.labels(reason)  # exported at 0, so rate() works from the first scrape
 
@@ -207,10 +204,26 @@ class ServiceMetrics:
         for name, ok in ready.items():
             self.engine_ready.labels(name).set(1 if ok else 0)
 
-    def set_admission(self, in_flight: int, queued: int) -> None:
-        """The admission gate's state, after each change."""
-        self.in_flight.set(in_flight)
+    def admission_changed(self, computing: int, queued: int) -> None:
+        """The compute slots' state, after each change."""
+        self.in_flight.set(computing)
         self.queued.set(queued)
+
+    def refused(self, reason: str) -> None:
+        """A request refused before or instead of being processed (one of :data:`REJECT_REASONS`)."""
+        self.rejected.labels(reason).inc()
+
+    def queue_waited(self, seconds: float) -> None:
+        """An admitted request waited this long for a compute slot."""
+        self.queue_wait.observe(seconds)
+
+    def engine_ran(self, engine: str, provider: str, model: str, normalizer: str, seconds: float) -> None:
+        """An engine computed one request (``normalizer`` is one of the service's, or ``other``)."""
+        key = (engine, provider, model, normalizer)
+        histogram = self._compute.get(key)
+        if histogram is None:  # labels() takes a lock and validates its arguments: once per series, not per run
+            histogram = self._compute[key] = self.engine_compute.labels(*key)
+        histogram.observe(seconds)
 
     def exposition(self) -> bytes:
         """The text format of every metric (of all workers in multiprocess mode)."""
@@ -225,13 +238,6 @@ class ServiceMetrics:
         """At worker exit: drop this process's live gauges from the shared directory."""
         if self.multiprocess:
             multiprocess.mark_process_dead(os.getpid())
-
-
-def normalizer_label(task: Any) -> str:
-    """The task's normalizer as a metric label: one of :data:`NORMALIZERS`, else ``other`` (bounded)."""
-    params = getattr(task, "params", None) or getattr(getattr(task, "task", None), "params", None)
-    normalizer = getattr(params, "normalizer", None)
-    return normalizer if normalizer in NORMALIZERS else "other"
 
 
 def _running(pid: int) -> bool:
@@ -272,43 +278,3 @@ def drop_dead_workers(directory: str | None = None) -> list[int]:
         multiprocess.mark_process_dead(pid, path)
         logger.warning("dropped the live gauges of worker process %d, which is no longer running", pid)
     return sorted(dead)
-
-
-class TimedDispatcher:
-    """Wraps the engine dispatcher and records how long each run took, by engine, provider, model and normalizer.
-
-    ``run`` (the ``attention`` model) and ``run_backward`` (``attention_backward``) return
-    ``(result, choice)``; the choice names the engine that ran (after any fallback). The run is also the
-    ``engine`` span of a traced request. Everything else is delegated unchanged.
-    """
-
-    def __init__(self, inner: Any, metrics: ServiceMetrics) -> None:
-        self._inner = inner
-        self._metrics = metrics
-        # labels() takes a lock and validates its arguments: looked up once per series, not per run
-        self._compute: dict[tuple[str, str, str, str], Any] = {}
-
-    def run(self, task: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._timed("attention", self._inner.run, task, *args, **kwargs)
-
-    def run_backward(self, task: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._timed("attention_backward", self._inner.run_backward, task, *args, **kwargs)
-
-    def _timed(self, model: str, run: Any, task: Any, *args: Any, **kwargs: Any) -> Any:
-        normalizer = normalizer_label(task)
-        t0 = time.perf_counter()
-        with span("engine", {"attn.model": model, "attn.normalizer": normalizer}):
-            out = run(task, *args, **kwargs)
-        seconds = time.perf_counter() - t0
-        choice = out[1] if isinstance(out, tuple) and len(out) == 2 else None
-        name, provider = getattr(choice, "name", None), getattr(choice, "provider", None)
-        if isinstance(name, str) and isinstance(provider, str):
-            key = (name, provider, model, normalizer)
-            histogram = self._compute.get(key)
-            if histogram is None:
-                histogram = self._compute[key] = self._metrics.engine_compute.labels(*key)
-            histogram.observe(seconds)
-        return out
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api import budget
 from service.app import create_app
 from service.core.attention import Dims
 from service.core.backward import BackwardTask, run_backward
 from service.core.types import AttentionInputs, AttentionParams, AttentionTask
+from service.dataplane import budget
 from service.settings import Settings
 from tests.api.conftest import assert_problem
 from tests.api.test_attention_http import b64, decode, flat

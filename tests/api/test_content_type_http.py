@@ -8,7 +8,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api.wire import is_json_media_type
+from service.http.bodies import is_json_media_type
 from tests.api.conftest import assert_problem
 
 ATTENTION = {"query": [[1.0, 0.0]], "key": [[1.0, 0.0], [0.0, 1.0]], "value": [[1.0], [2.0]]}

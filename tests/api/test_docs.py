@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api import examples
-from service.api.docs import DOCS_ASSETS, HTTP_METHODS
 from service.app import create_app
+from service.http import examples
+from service.http.docs import DOCS_ASSETS, HTTP_METHODS
 from service.openapi import openapi_schema
 from service.settings import Settings
 
@@ -78,12 +78,12 @@ def test_examples_on_every_request_and_answer(schema: dict[str, Any]) -> None:
         where = f"{method.upper()} {path}"
         for media_type, media in op.get("requestBody", {}).get("content", {}).items():
             if media_type != "application/octet-stream":
-                assert "example" in media, f"{where}: request {media_type} needs an example (service/api/examples.py)"
+                assert "example" in media, f"{where}: request {media_type} needs an example (service/http/examples.py)"
         for status, response in op["responses"].items():
             for media_type, media in response.get("content", {}).items():
                 if media_type != "application/octet-stream":
                     assert media.get("schema"), f"{where} {status} {media_type}: no schema"
-                    assert "example" in media, f"{where} {status} {media_type}: no example (service/api/examples.py)"
+                    assert "example" in media, f"{where} {status} {media_type}: no example (service/http/examples.py)"
 
 
 def test_errors_are_problem_json_and_only_those_sent(schema: dict[str, Any]) -> None:

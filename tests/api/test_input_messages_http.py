@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api import jsonbody
 from service.app import create_app
+from service.http.codecs import jsonbody
 from service.settings import Settings
 from tests.api.conftest import assert_problem
 

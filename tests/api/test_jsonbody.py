@@ -1,4 +1,4 @@
-"""service.api.jsonbody: large bodies parsed by simdjson, tensors straight into numpy, as orjson would read them."""
+"""service.http.codecs.jsonbody: large bodies parsed by simdjson, tensors straight into numpy, as orjson reads them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.api import codecs, jsonbody
 from service.core.errors import InvalidInput
+from service.http.codecs import jsonbody
+from service.http.codecs import tensors as codecs
 
 FIELDS = ("query", "key", "value", "mask")
 

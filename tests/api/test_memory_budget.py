@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api.errors import ProblemError
-from service.api.memory import MemoryBudget, MemoryLease, leased
 from service.app import create_app
 from service.core.attention import run_attention
 from service.core.types import AttentionResult, AttentionTask
+from service.dataplane.errors import Kind, ServiceError
+from service.dataplane.memory import MemoryBudget, MemoryLease
 from service.engines.cost import Cost
 from service.engines.numpy_engine import NumpyEngine
 from service.settings import Settings
@@ -31,13 +31,13 @@ def _column(n: int) -> dict[str, Any]:
 
 def test_budget_refuses_what_can_never_fit_and_waits_for_room() -> None:
     budget = MemoryBudget(100, wait_s=0.05)
-    with pytest.raises(ProblemError) as never:
+    with pytest.raises(ServiceError) as never:
         budget.acquire(101)
-    assert never.value.status == 413 and "ATTN_MEMORY_BUDGET_BYTES" in never.value.detail
+    assert never.value.kind is Kind.TOO_LARGE and "ATTN_MEMORY_BUDGET_BYTES" in never.value.message
     budget.acquire(60)
-    with pytest.raises(ProblemError) as busy:
+    with pytest.raises(ServiceError) as busy:
         budget.acquire(50)
-    assert busy.value.status == 503 and busy.value.headers["Retry-After"] == "1"
+    assert busy.value.kind is Kind.UNAVAILABLE and busy.value.retry_after_s == 1
     assert budget.reserved == 60
 
     got = threading.Event()
@@ -59,13 +59,13 @@ def test_budget_refuses_what_can_never_fit_and_waits_for_room() -> None:
 
 def test_a_lease_gives_everything_back_when_the_work_ends() -> None:
     budget = MemoryBudget(1000, wait_s=0.0)
-    with leased(budget) as lease:
+    with budget.lease() as lease:
         assert isinstance(lease, MemoryLease)
         lease.reserve(300)
         lease.reserve(200)
         assert budget.reserved == 500
     assert budget.reserved == 0
-    with pytest.raises(RuntimeError), leased(budget) as lease:
+    with pytest.raises(RuntimeError), budget.lease() as lease:
         lease.reserve(100)
         raise RuntimeError("the work failed")
     assert budget.reserved == 0
@@ -136,7 +136,7 @@ def test_concurrent_requests_within_limits_never_exceed_the_budget() -> None:
     """Four concurrent requests whose estimates fit the budget one at a time: never two at once."""
     capacity = 64 << 20
     holder: dict[str, Any] = {}
-    engine = _GreedyEngine(40 << 20, lambda: holder["app"].state.runtime.memory)
+    engine = _GreedyEngine(40 << 20, lambda: holder["app"].state.plane.memory)
     settings = Settings(enable_onnx=False, memory_budget_bytes=capacity, queue_timeout_s=5.0, inline_max_body_bytes=0)
     app = create_app(settings, engines={"numpy": engine})
     holder["app"] = app
@@ -154,7 +154,7 @@ def test_concurrent_requests_within_limits_never_exceed_the_budget() -> None:
             t.start()
         for t in threads:
             t.join(30)
-        assert app.state.runtime.memory.reserved == 0  # everything given back
+        assert app.state.plane.memory.reserved == 0  # everything given back
     assert statuses == [200] * 4
     assert len(engine.seen) == 4
     assert max(engine.seen) <= capacity

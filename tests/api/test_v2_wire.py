@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import gzip
-import threading
 import zlib
 
 import pytest
-from starlette.requests import Request
 
-from service.api.errors import ProblemError
-from service.api.wire import inflate, run_cpu
-from service.app import create_app
-from service.settings import Settings
+from service.http.bodies import inflate
+from service.http.errors import ProblemError
 
 DATA = b'{"inputs": []}' * 100
 
@@ -46,18 +41,3 @@ def test_inflate_refuses(body: bytes, encoding: str, cap: int, status: int, frag
     with pytest.raises(ProblemError) as err:
         inflate(body, encoding, cap)
     assert err.value.status == status and fragment in err.value.detail
-
-
-def test_cpu_work_of_tiny_bodies_stays_on_the_event_loop() -> None:
-    app = create_app(Settings(enable_onnx=False, inline_max_body_bytes=100))
-    request = Request({"type": "http", "app": app, "headers": []})
-
-    async def where(size: int) -> int:
-        return await run_cpu(request, size, threading.get_ident)
-
-    async def main() -> tuple[int, int, int]:
-        return threading.get_ident(), await where(100), await where(101)
-
-    loop_thread, tiny, large = asyncio.run(main())
-    assert tiny == loop_thread
-    assert large != loop_thread

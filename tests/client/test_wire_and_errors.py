@@ -24,8 +24,8 @@ from attention_client import (
 )
 from attention_client.retry import parse_retry_after
 
-from service.api.codecs import decode_tensor as server_decode
-from service.api.codecs import encode_tensor as server_encode
+from service.http.codecs.tensors import decode_tensor as server_decode
+from service.http.codecs.tensors import encode_tensor as server_encode
 
 
 def test_tensor_round_trip_through_the_server_codec() -> None:

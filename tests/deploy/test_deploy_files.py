@@ -375,7 +375,7 @@ def test_context_has_every_file_the_image_needs(folder: str) -> None:
         ".pytest_cache/v/cache/lastfailed",
         ".hypothesis/examples/x",
         "service/__pycache__/app.cpython-311.pyc",
-        "service/api/x.pyc",
+        "service/http/x.pyc",
         "attention_service.egg-info/PKG-INFO",
         "build/lib/service/app.py",
         "dist/attention_service-0.1.0.whl",

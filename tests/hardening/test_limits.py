@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from service.app import create_app
-from service.middleware.limits import AdmissionGate, Overloaded
+from service.dataplane.admission import AdmissionGate, Overloaded
 from tests.api.conftest import assert_problem
 from tests.hardening.conftest import (
     ATTENTION,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from service.middleware.security import ApiKeys
+from service.dataplane.auth import ApiKeys
 from service.settings import Settings
 from tests.api.conftest import assert_problem
 from tests.hardening.conftest import SOFTMAX, BrokenEngine, client_for, metric_value

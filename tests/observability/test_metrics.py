@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from service.core.types import NORMALIZERS
-from service.observability.metrics import ServiceMetrics, TimedDispatcher, normalizer_label
+from service.core.backward import BackwardTask
+from service.core.types import NORMALIZERS, AttentionInputs, AttentionParams, AttentionTask
+from service.dataplane.context import Context
+from service.engines.dispatch import EngineDispatcher
+from service.observability.metrics import ServiceMetrics
 from service.settings import Settings
 from tests.hardening.conftest import metric_value
 
@@ -24,27 +27,30 @@ class Choice:
 
 
 class FakeDispatcher:
-    def run(self, task: Any, requested: str) -> tuple[str, Choice]:
+    def run(self, task: Any, requested: str, admit: Any) -> tuple[str, Choice]:
         return "forward", Choice("numpy", "CPU/numpy")
 
-    def run_backward(self, task: Any, requested: str) -> tuple[str, Choice]:
+    def run_backward(self, task: Any, requested: str, admit: Any) -> tuple[str, Choice]:
         return "backward", Choice("onnx", "CPUExecutionProvider")
 
-    def describe(self) -> str:
-        return "inner"
+
+def context(metrics: ServiceMetrics) -> Context:
+    settings = Settings(enable_onnx=False)
+    return Context.from_settings(settings, cast(EngineDispatcher, FakeDispatcher()), metrics)
 
 
-def task(normalizer: str) -> SimpleNamespace:
-    return SimpleNamespace(params=SimpleNamespace(normalizer=normalizer))
+def task(normalizer: str) -> AttentionTask:
+    q = np.zeros((1, 2))
+    return AttentionTask(AttentionInputs(q, q, q), AttentionParams(normalizer=normalizer))
 
 
 def test_runs_are_labelled_by_model_and_normalizer() -> None:
     metrics = ServiceMetrics()
-    timed = TimedDispatcher(FakeDispatcher(), metrics)
-    assert timed.run(task("sparsemax"), "auto")[0] == "forward"
+    ctx = context(metrics)
+    assert ctx.run_engine("attention", task("sparsemax"), "auto", lambda e, t: None)[0] == "forward"
     # A backward task carries its forward task: the normalizer is found there.
-    assert timed.run_backward(SimpleNamespace(task=task("entmax15")), "onnx")[0] == "backward"
-    assert timed.describe() == "inner"  # everything else is delegated
+    backward = BackwardTask(task=task("entmax15"), grad_output=np.zeros((1, 2)))
+    assert ctx.run_engine("attention_backward", backward, "onnx", lambda e, t: None)[0] == "backward"
     text = metrics.exposition().decode()
     labels = {"engine": "numpy", "provider": "CPU/numpy", "model": "attention", "normalizer": "sparsemax"}
     assert metric_value(text, "attn_engine_compute_seconds_count", **labels) == 1
@@ -52,10 +58,16 @@ def test_runs_are_labelled_by_model_and_normalizer() -> None:
     assert metric_value(text, "attn_engine_compute_seconds_count", **labels, normalizer="entmax15") == 1
 
 
-def test_normalizer_label_is_bounded() -> None:
-    assert [normalizer_label(task(n)) for n in NORMALIZERS] == list(NORMALIZERS)
-    assert normalizer_label(task("x" * 100)) == "other"
-    assert normalizer_label(object()) == "other"
+def test_the_normalizer_label_is_bounded() -> None:
+    metrics = ServiceMetrics()
+    ctx = context(metrics)
+    for name in (*NORMALIZERS, "x" * 100):
+        ctx.run_engine("attention", task(name), "auto", lambda e, t: None)
+    text = metrics.exposition().decode()
+    labels = {"engine": "numpy", "provider": "CPU/numpy", "model": "attention"}
+    for name in NORMALIZERS:
+        assert metric_value(text, "attn_engine_compute_seconds_count", **labels, normalizer=name) == 1
+    assert metric_value(text, "attn_engine_compute_seconds_count", **labels, normalizer="other") == 1
 
 
 def test_served_request_records_its_normalizer() -> None:

@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing (service/observability/tracing.py): off by default; on, a server span per request
+"""OpenTelemetry tracing (service/http/tracing.py): off by default; on, a server span per request
 continuing the caller's W3C traceparent, with decode, engine and encode child spans. Uses the SDK's
 in-memory exporter (the `tracing` extra, installed by the `test` extra).
 """
@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from service.app import create_app
-from service.observability import tracing
+from service.observability import spans as phase_spans
 from service.settings import Settings
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -51,10 +51,10 @@ def by_name(spans: tuple[ReadableSpan, ...]) -> dict[str, ReadableSpan]:
 
 def test_off_by_default_and_nothing_current() -> None:
     assert Settings.model_fields["tracing"].default is False
-    assert tracing._TRACER.get() is None
-    with tracing.span("engine"):  # a no-op without a tracer
+    assert phase_spans.CURRENT_TRACER.get() is None
+    with phase_spans.span("engine"):  # a no-op without a tracer
         pass
-    tracing.record_phases({"start": 0.0, "decode": 1.0})
+    phase_spans.record_phases([("decode", 0.0, 1.0)])
 
 
 def test_request_continues_the_callers_trace_with_phase_spans(traced) -> None:

@@ -29,7 +29,7 @@ EXTRA_MODULES = {
     "service/cli/inputs.py": {"attention_client"},
     "service/cli/render.py": {"attention_client"},
     "service/openapi.py": {"yaml"},
-    "service/observability/tracing.py": {"opentelemetry"},  # the `tracing` extra, imported only when on
+    "service/http/tracing.py": {"opentelemetry"},  # the `tracing` extra, imported only when on
 }
 
 

@@ -1,1 +1,0 @@
-"""HTTP layer: routes, request/response schemas, wire codecs and error mapping."""

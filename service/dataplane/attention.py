@@ -1,0 +1,215 @@
+"""The attention operation: decoded arrays and options in, output, weights, scores and diagnostics out.
+
+:func:`attention` checks the request (shapes, options, the budget), casts the tensors to the compute
+dtype and returns a :class:`~service.dataplane.scheduling.Job` whose run picks the engine, computes,
+and adds the diagnostics; the front ends encode the :class:`AttentionOutcome` in their wire form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from service.core.attention import Dims, check_dims, check_params
+from service.core.backward import BackwardTask, gradient_health, jacobian_norms
+from service.core.diagnostics import attention_diagnostics
+from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask
+from service.dataplane import budget
+from service.dataplane.context import Context
+from service.dataplane.errors import invalid, too_large
+from service.dataplane.memory import MemoryLease
+from service.dataplane.options import AttentionOptionsLike
+from service.dataplane.scheduling import Job
+from service.dataplane.tensors import finite_as, float_mask_as
+from service.dataplane.timing import Timing
+from service.engines.base import Engine, EngineChoice
+from service.engines.dispatch import Admit
+
+ROW_KEYS = ("entropy", "normalized_entropy", "max_weight", "argmax", "effective_support", "zeros", "attention_distance")
+"""Diagnostics with one value per query row."""
+TIMING_ORDER = ("decode", "compute", "encode", "diagnostics")
+"""The phases of ``timing_ms``, in the order the answers list them."""
+
+Estimate = Callable[[Dims, str, Collection[str], str, str, float | None], tuple[float, int]]
+Memory = Callable[[Dims, Collection[str], str, int], int]
+
+
+@dataclass(slots=True)
+class AttentionOutcome:
+    """The answer of one attention request: the arrays asked for, the diagnostics, the engine that ran."""
+
+    output: np.ndarray
+    weights: np.ndarray | None
+    scores: np.ndarray | None
+    diagnostics: dict[str, Any] | None
+    gradient_health: dict[str, Any] | None
+    engine: EngineChoice
+    timing: Timing
+
+
+def check_alpha(normalizer: str, alpha: float | None) -> None:
+    """``alpha`` belongs to ``entmax`` only; elsewhere it is a mistake worth saying."""
+    if alpha is not None and normalizer != "entmax":
+        raise invalid("alpha is only used with normalizer 'entmax'", "alpha")
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """An attention request checked and cast: the engine task and its estimates."""
+
+    task: AttentionTask
+    dims: Dims
+    flops: float
+    response_bytes: int
+
+
+def checked_task(
+    ctx: Context,
+    inputs: AttentionInputs,
+    options: AttentionOptionsLike,
+    *,
+    precision: str,
+    returned: Collection[str],
+    encoding: str,
+    estimate: Estimate = budget.attention_estimate,
+    memory: Memory | None = None,
+) -> Checked:
+    """Check the tensors (shapes, finiteness, the cast to ``precision``) and the options, refuse a request
+    over the budget (``TOO_LARGE``), and build the engine task.
+
+    ``estimate`` gives the request's (flops, response bytes): the forward's by default. ``memory`` gives its
+    peak bytes, checked here; without it (the forward), the engine's own estimate is checked and reserved
+    when the dispatcher picks an engine (:func:`engine_admission`).
+    """
+    dims = check_dims(inputs.query.shape, inputs.key.shape, inputs.value.shape)
+    params = AttentionParams(
+        normalizer=options.normalizer,
+        alpha=options.alpha,
+        scale=options.scale,
+        temperature=options.temperature,
+        causal=options.causal_alignment,
+    )
+    check_alpha(options.normalizer, options.alpha)
+    check_params(params)
+    flops, size = estimate(dims, options.normalizer, returned, precision, encoding, options.alpha)
+    reason = budget.check(ctx.budget, flops, size, None if memory is None else memory(dims, returned, precision, size))
+    if reason is not None:
+        raise too_large(reason)
+    dtype = np.dtype(precision)
+    key_lengths = inputs.key_lengths
+    task = AttentionTask(
+        inputs=AttentionInputs(
+            query=finite_as(inputs.query, dtype, "query"),
+            key=finite_as(inputs.key, dtype, "key"),
+            value=finite_as(inputs.value, dtype, "value"),
+            mask=float_mask_as(inputs.mask, dtype),
+            key_lengths=None if key_lengths is None else np.asarray(key_lengths, dtype=np.int64),
+        ),
+        params=params,
+        dtype=dtype,
+        need_weights=bool({"weights", "diagnostics", "gradient_health"} & set(returned)),
+        # relu's Jacobian depends on the scores, not on the weights alone
+        need_scores="scores" in returned
+        or "diagnostics" in returned
+        or ("gradient_health" in returned and options.normalizer == "relu"),
+    )
+    return Checked(task, dims, flops, size)
+
+
+def engine_admission(
+    ctx: Context, dims: Dims, returned: Collection[str], precision: str, encoding: str, lease: MemoryLease
+) -> Admit:
+    """The dispatcher's check of each candidate engine: its own work and memory estimates against the
+    limits (a reason when over), and, when it fits, its memory reserved on the request's lease.
+    """
+    response = budget.attention_response_bytes(dims, returned, precision, encoding)
+
+    def admit(engine: Engine, task: AttentionTask | BackwardTask) -> str | None:
+        estimate = getattr(engine, "cost", None)
+        cost = estimate(task) if callable(estimate) else None
+        if cost is None:
+            return None
+        memory = budget.attention_memory(cost, dims, precision, response)
+        reason = budget.check(ctx.budget, cost.work_flops, response, memory)
+        if reason is None:
+            lease.reserve(memory)
+        return reason
+
+    return admit
+
+
+def gradient_health_report(task: AttentionTask, result: AttentionResult, threshold: float) -> dict[str, Any]:
+    """``{"threshold", "heads": [...]}``: per head, the normalizer's mean Jacobian norm and the vanishing fraction."""
+    assert result.weights is not None
+    B, Hq, L = result.valid_keys.shape
+    weights = result.weights.reshape(B, Hq, L, -1)
+    scores = None if result.scores is None else result.scores.reshape(B, Hq, L, -1)
+    norms = jacobian_norms(task.params.normalizer, weights, z=scores, alpha=task.params.alpha)
+    health = gradient_health(norms, result.valid_keys, threshold)
+    return {"threshold": threshold, "heads": health.heads()}
+
+
+def attention(
+    ctx: Context,
+    inputs: AttentionInputs,
+    options: AttentionOptionsLike,
+    *,
+    precision: str,
+    returned: Collection[str],
+    encoding: str,
+    timing: Timing,
+) -> Job[AttentionOutcome]:
+    """One attention request (``returned``: a subset of output, weights, scores, diagnostics,
+    gradient_health; ``encoding`` prices the answer). ``timing`` started when the request's decoding did.
+    """
+    returned = frozenset(returned)
+    checked = checked_task(ctx, inputs, options, precision=precision, returned=returned, encoding=encoding)
+    timing.phase("decode")
+    task, dims = checked.task, checked.dims
+
+    def run(lease: MemoryLease) -> AttentionOutcome:
+        timing.skip()  # a wait for a worker thread, if any
+        admit = engine_admission(ctx, dims, returned, precision, encoding, lease)
+        result, choice = ctx.run_engine("attention", task, options.engine, admit)
+        assert isinstance(result, AttentionResult)
+        timing.phase("compute")
+        diagnostics = None
+        if "diagnostics" in returned:
+            diagnostics = _diagnostics(ctx, task, result)
+        health = None
+        if "gradient_health" in returned:
+            health = gradient_health_report(task, result, ctx.vanishing_threshold)
+        timing.phase("diagnostics")
+        return AttentionOutcome(
+            output=result.output,
+            weights=result.weights if "weights" in returned else None,
+            scores=result.scores if "scores" in returned else None,
+            diagnostics=diagnostics,
+            gradient_health=health,
+            engine=choice,
+            timing=timing,
+        )
+
+    return Job(checked.flops, checked.response_bytes, 0, run)
+
+
+def _diagnostics(ctx: Context, task: AttentionTask, result: AttentionResult) -> dict[str, Any]:
+    assert result.weights is not None
+    B, Hq, L = result.valid_keys.shape
+    diag = attention_diagnostics(
+        result.weights.reshape(B, Hq, L, -1),
+        result.valid_keys,
+        scores=None if result.scores is None else result.scores.reshape(B, Hq, L, -1),
+        output=result.output,
+        causal=task.params.causal,
+        thresholds=ctx.thresholds,
+    )
+    rows = task.inputs.query.shape[:-1]
+    for k in ROW_KEYS:  # (B, Hq, L) -> the query's rows: rank-2 and rank-3 queries drop the leading axes
+        arr = diag.get(k)
+        if isinstance(arr, np.ndarray) and (arr.shape != rows or not arr.flags.c_contiguous):
+            diag[k] = np.ascontiguousarray(arr.reshape(rows))
+    return diag

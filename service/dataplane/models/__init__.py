@@ -1,0 +1,33 @@
+"""The models of the Open Inference Protocol that REST (/v2) and gRPC both serve: their names, metadata and
+readiness, and how a decoded request runs on each.
+
+- ``base``: :class:`Model` and what the models share (parameters into options, precision, JSON text);
+- ``attention``: ``attention`` and ``attention_backward``;
+- ``logits``: ``softmax``, ``sample`` and ``calibrate``.
+"""
+
+from __future__ import annotations
+
+from service.dataplane.errors import not_found
+from service.dataplane.models.attention import ATTENTION, ATTENTION_BACKWARD
+from service.dataplane.models.base import MODEL_VERSION, Model
+from service.dataplane.models.logits import CALIBRATE, SAMPLE, SOFTMAX
+
+MODELS: dict[str, Model] = {m.name: m for m in (ATTENTION, SOFTMAX, ATTENTION_BACKWARD, SAMPLE, CALIBRATE)}
+"""Every model, by name, in the order the server lists them."""
+
+SERVER_NAME = "attention-service"
+EXTENSIONS = ["binary_tensor_data", "parameters"]
+
+
+def find_model(name: str, version: str | None = None) -> Model:
+    """The model ``name`` (at ``version``, when given): ``NOT_FOUND`` for a model or version the server lacks."""
+    model = MODELS.get(name)
+    if model is None:
+        raise not_found(f"unknown model {name!r}; this server has {', '.join(MODELS)}")
+    if version is not None and version != MODEL_VERSION:
+        raise not_found(f"model {name!r} has no version {version!r}; its versions are {MODEL_VERSION}")
+    return model
+
+
+__all__ = ["EXTENSIONS", "MODELS", "MODEL_VERSION", "SERVER_NAME", "Model", "find_model"]

@@ -1,0 +1,132 @@
+"""A model of the Open Inference Protocol: its tensors, its parameters, and how a request runs on it.
+
+What the models share: reading the request parameters into the operations' typed options (unknown
+parameters refused, every message naming the parameter or input), the compute precision from the
+inputs' datatypes, and the response parameters (JSON text where a value is not a scalar).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from service.dataplane.context import Context
+from service.dataplane.inference import PROTOCOL_PARAMETERS, InferRequest, InferResult, TensorSpec, bad
+from service.dataplane.scheduling import Job
+from service.dataplane.tensors import TensorLimits
+from service.dataplane.timing import Timing
+
+MODEL_VERSION = "1"
+PLATFORM = "attention_service"
+FLOAT = ("FP32", "FP64")
+MASK = ("BOOL", "FP32", "FP64")
+
+Prepare = Callable[[Context, InferRequest, Timing], Job[InferResult]]
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """One model: its tensors, the request parameters it reads (with their meaning), and how it runs."""
+
+    name: str
+    description: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    default_outputs: tuple[str, ...]
+    parameters: Mapping[str, str]
+    prepare: Prepare
+    limits: Literal["tensors", "logits"] = "tensors"
+    """Size limits of the inputs: the attention tensors' (``ATTN_MAX_*``) or the logits' (vocabulary-sized)."""
+
+    def input_limits(self, ctx: Context) -> TensorLimits:
+        return ctx.logits_limits if self.limits == "logits" else ctx.limits
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "versions": [MODEL_VERSION],
+            "platform": PLATFORM,
+            "description": self.description,
+            "inputs": [s.metadata() for s in self.inputs],
+            "outputs": [s.metadata() for s in self.outputs],
+            "parameters": dict(self.parameters),
+        }
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.outputs)
+
+    def wanted(self, request: InferRequest) -> list[str]:
+        """The outputs to return: those the request lists, else the model's defaults."""
+        return list(request.outputs) if request.outputs_given else list(self.default_outputs)
+
+
+COMMON_PARAMETERS = {
+    "normalizer": "string: softmax (default), sparsemax, entmax15, entmax (needs alpha), relu",
+    "alpha": "number > 1, for normalizer entmax",
+    "temperature": "number > 0 (default 1); divides the masked scores (a float mask too)",
+    "diagnostics": "bool (default true): return diagnostics in the response parameters",
+    "binary_data_output": "bool (default false): return every output not listed otherwise as binary data",
+}
+
+
+def json_text(value: Any) -> str:
+    """A response parameter that is not a scalar, as JSON text (numpy arrays and scalars included)."""
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY, default=_plain).decode()
+
+
+def _plain(obj: Any) -> Any:
+    """What orjson's numpy path skips: 0-d and non-contiguous arrays, numpy scalars."""
+    if isinstance(obj, np.ndarray | np.generic):
+        return obj.tolist()
+    raise TypeError(f"cannot serialize {type(obj).__name__}")
+
+
+def precision_of(request: InferRequest, names: Sequence[str]) -> str:
+    """The compute precision: FP64 inputs compute in float64, FP32 in float32; the inputs must agree."""
+    types = {request.datatypes[n] for n in names}
+    if len(types) > 1:
+        raise bad(f"inputs {', '.join(names)} must share one datatype, got {', '.join(sorted(types))}")
+    return "float64" if types == {"FP64"} else "float32"
+
+
+def option_fields(request: InferRequest, model: Model, names: Sequence[str]) -> dict[str, Any]:
+    """The request parameters that are the model's options; unknown parameters are refused (a typo is not a
+    default). Parameters of the protocol and of Triton's clients, and ``diagnostics``, are skipped.
+    """
+    out: dict[str, Any] = {}
+    for key, value in request.parameters.items():
+        if key in names:
+            out[key] = value
+        elif key not in PROTOCOL_PARAMETERS and key != "diagnostics" and not key.startswith("triton_"):
+            raise bad(f"model {model.name!r} has no parameter {key!r}; it takes {', '.join(model.parameters)}")
+    return out
+
+
+def validated(schema: type[M], fields: dict[str, Any], model: Model) -> M:
+    """The options validated once (the operations' option models), naming each offending parameter."""
+    try:
+        return schema.model_validate(fields)
+    except ValidationError as exc:
+        parts = []
+        for err in exc.errors():
+            loc = [str(p) for p in err.get("loc", ())]
+            field = loc[0] if loc else ""
+            kind = "input" if any(s.name == field for s in model.inputs) else "parameter"
+            where = f"{kind} {field!r}" + "".join(f"[{p}]" for p in loc[1:])
+            parts.append(f"{where}: {err.get('msg', 'invalid value')}")
+        raise bad("; ".join(parts) or "invalid parameters") from None
+
+
+def flag(request: InferRequest, name: str, default: bool) -> bool:
+    """A boolean request parameter."""
+    value = request.parameters.get(name, default)
+    if not isinstance(value, bool):
+        raise bad(f"parameter {name!r} must be true or false")
+    return value

@@ -1,0 +1,67 @@
+"""One process's data plane: its engines, admission, memory budget, scheduler and the operations' context."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from service.dataplane.admission import Admission
+from service.dataplane.auth import ApiKeys
+from service.dataplane.context import NOT_READY_RETRY_AFTER_S, Context, EngineObserver
+from service.dataplane.errors import unavailable
+from service.dataplane.memory import MemoryBudget
+from service.dataplane.models import Model, find_model
+from service.dataplane.runtime import Runtime
+from service.dataplane.scheduling import Scheduler, SchedulerObserver
+from service.engines.base import Engine
+from service.engines.dispatch import EngineDispatcher
+from service.settings import Settings
+
+
+class Observer(SchedulerObserver, EngineObserver, Protocol):
+    """Everything the data plane reports (the service's metrics implement it)."""
+
+    def admission_changed(self, computing: int, queued: int) -> None: ...
+
+
+class DataPlane:
+    """The data plane of one process, shared by every front end (REST and gRPC): a request that one front end
+    admitted counts against the other's capacity, and both read the same engines and budgets.
+    """
+
+    def __init__(self, settings: Settings, engines: Mapping[str, Engine], *, observer: Observer | None = None) -> None:
+        s = self.settings = settings
+        self.runtime = Runtime(settings=settings, engines=dict(engines))
+        self.dispatcher = EngineDispatcher(
+            self.runtime.engines,
+            small_task_scores=s.auto_numpy_max_scores,
+            large_task_scores=s.auto_numpy_large_scores,
+        )
+        self.context = Context.from_settings(settings, self.dispatcher, observer)
+        self.memory = MemoryBudget(s.memory_budget_bytes, s.queue_timeout_s, s.retry_after_s)
+        self.admission = Admission(
+            slots=s.max_concurrent_requests,
+            max_queue=s.max_queued_requests,
+            target_wait_s=min(s.queue_target_s, s.queue_timeout_s),
+            queue_timeout_s=s.queue_timeout_s,
+            min_retry_after_s=s.retry_after_s,
+            on_change=None if observer is None else observer.admission_changed,
+        )
+        self.scheduler = Scheduler(
+            self.admission,
+            self.memory,
+            inline_max_body_bytes=s.inline_max_body_bytes,
+            inline_max_work_flops=s.inline_max_work_flops,
+            observer=observer,
+        )
+        self.api_keys = ApiKeys([key.get_secret_value() for key in s.api_keys]) if s.api_keys else None
+
+    def ready_model(self, name: str, version: str | None = None) -> Model:
+        """The model ``name``, ready to serve: ``NOT_FOUND`` for an unknown model or version, ``UNAVAILABLE``
+        while the engines are not ready.
+        """
+        model = find_model(name, version)
+        reason = self.runtime.not_ready_reason()
+        if reason is not None:
+            raise unavailable(f"model {model.name!r} is not ready: {reason}", NOT_READY_RETRY_AFTER_S)
+        return model

@@ -1,0 +1,173 @@
+"""The engines of one process: their start-up (in a worker thread, beside the server) and readiness."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.engines.base import Engine, public_reason
+from service.settings import Settings
+
+logger = logging.getLogger("service")
+
+_heap_frozen = threading.Lock()
+"""Held for good by the first :func:`freeze_startup_heap` of the process."""
+
+
+def freeze_startup_heap() -> bool:
+    """Collect garbage, then move every tracked object into the permanent generation; once per process.
+
+    A full (generation 2) collection walks every container object alive, and a
+    started service holds some 70,000 of them (modules, FastAPI's routes and
+    schemas, the engines): about 20 ms of the event loop, seen as a pause by
+    every request in flight. After ``gc.freeze`` the collector ignores those
+    objects (https://docs.python.org/3/library/gc.html#gc.freeze), so a full
+    collection walks only what was created since. Objects alive at the freeze
+    that later become cyclic garbage are never freed, hence once per process,
+    after start-up. True when this call froze the heap.
+    """
+    if not _heap_frozen.acquire(blocking=False):
+        return False
+    gc.collect()
+    gc.freeze()
+    logger.debug("start-up heap frozen: %d objects", gc.get_freeze_count())
+    return True
+
+
+@dataclass
+class Runtime:
+    """The engines of one process and their start-up state."""
+
+    settings: Settings
+    engines: dict[str, Engine]
+    started_at: float = field(default_factory=time.time)
+    startup_done: threading.Event = field(default_factory=threading.Event)
+    startup_error: str | None = None
+    _start_errors: dict[str, str] = field(default_factory=dict)
+    """Engines whose ``start`` raised, with the reason fit for clients."""
+
+    @property
+    def required_engines(self) -> frozenset[str]:
+        """Engines without which the service is not ready: numpy always, ONNX with ``ATTN_ONNX_REQUIRED``.
+
+        Another engine that fails to start leaves the service ready in degraded mode: ``auto``
+        serves every request on the engines that did start (README, "Engines").
+        """
+        required = {"numpy"}
+        if getattr(self.settings, "onnx_required", False):
+            required.add("onnx")
+        return frozenset(required)
+
+    def failed_engines(self) -> dict[str, str]:
+        """Engines whose start-up failed, each with the reason fit for clients (no path, no hash)."""
+        failed: dict[str, str] = {}
+        for name, engine in self.engines.items():
+            if name in self._start_errors:
+                failed[name] = self._start_errors[name]
+            elif getattr(engine, "failed", False):
+                reason = getattr(engine, "failure", None) or getattr(engine, "not_ready_reason", None)
+                failed[name] = public_reason(str(reason or "start-up failed"))
+        return failed
+
+    def start_engines(self) -> None:
+        """Start (load and warm up) every engine that has a ``start`` method; runs in a worker thread.
+
+        Each engine is started on its own: one that fails is named in ``startup_error``, and the
+        others still start. A failure is logged as one ERROR line (with the server-side detail),
+        which says whether the service degrades to the other engines or is not ready.
+        """
+        errors = []
+        for engine in self.engines.values():
+            start = getattr(engine, "start", None)
+            if not callable(start):
+                continue
+            t0 = time.perf_counter()
+            try:
+                start()
+            except Exception as exc:
+                errors.append(f"{engine.name}: {type(exc).__name__}: {exc}")
+                self._start_errors[engine.name] = public_reason(f"{type(exc).__name__}: {exc}")
+                self._log_failure(engine.name, f"{type(exc).__name__}: {exc}", exc_info=True)
+                continue
+            if getattr(engine, "failed", False):
+                detail = getattr(engine, "failure_detail", None) or getattr(engine, "not_ready_reason", None)
+                self._log_failure(engine.name, str(detail))
+                continue
+            logger.info(
+                "engine %s started in %.1f ms (ready=%s, provider=%s)",
+                engine.name,
+                (time.perf_counter() - t0) * 1e3,
+                engine.ready,
+                engine.provider,
+            )
+        self.startup_error = "; ".join(errors) or None
+        self.startup_done.set()
+
+    def _log_failure(self, name: str, detail: str, *, exc_info: bool = False) -> None:
+        others = ", ".join(n for n in self.engines if n != name) or "none"
+        if name in self.required_engines:
+            consequence = f"it is required ({'ATTN_ONNX_REQUIRED=true' if name == 'onnx' else 'always'}): not ready"
+        else:
+            consequence = (
+                f"degraded mode: ready, every request is served by the other engines ({others}); "
+                + ("set ATTN_ONNX_REQUIRED=true to fail readiness instead" if name == "onnx" else "")
+            ).rstrip("; ")
+        logger.error(
+            "engine %s failed to start: %s; %s",
+            name,
+            detail,
+            consequence,
+            exc_info=exc_info,
+            extra={"engine": name, "engine_failed": True, "degraded": name not in self.required_engines},
+        )
+
+    def close_engines(self) -> None:
+        """Release what engines hold (thread pools, sessions) at shutdown."""
+        self.startup_done.wait(timeout=60)
+        for engine in self.engines.values():
+            close = getattr(engine, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:
+                    logger.exception("closing engine %s failed", engine.name)
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """(ready, details): ready once start-up finished and every engine is ready, except engines
+        that failed to start and are not required (degraded mode: ``degraded`` true, ``failed``
+        names each with its reason). The details carry no server path and no hash.
+        """
+        engines = {name: bool(engine.ready) for name, engine in self.engines.items()}
+        failed = self.failed_engines() if self.startup_done.is_set() else {}
+        required = self.required_engines
+        blocking = [n for n, ok in engines.items() if not ok and (n in required or n not in failed)]
+        ready = self.startup_done.is_set() and not blocking
+        details: dict[str, Any] = {
+            "ready": ready,
+            "starting": not self.startup_done.is_set(),
+            "degraded": ready and bool(failed),
+            "engines": engines,
+            "required": sorted(n for n in required if n in engines),
+        }
+        if failed:
+            details["failed"] = failed
+        if self.startup_error:
+            details["error"] = public_reason(self.startup_error)
+        return ready, details
+
+    def not_ready_reason(self) -> str | None:
+        """Why the server is not ready (a sentence for clients), or None when it is."""
+        if self.startup_done.is_set() and all(engine.ready for engine in self.engines.values()):
+            return None  # the usual case, checked on every inference request without building the details
+        ready, details = self.readiness()
+        if ready:
+            return None
+        if details.get("starting"):
+            return "the engines are starting"
+        waiting = [name for name, ok in details.get("engines", {}).items() if not ok]
+        reason = f"engine {', '.join(waiting)} is not ready" if waiting else "not ready"
+        return reason + (f" ({details['error']})" if details.get("error") else "")

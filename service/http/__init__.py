@@ -1,0 +1,15 @@
+"""The REST front end: decode HTTP requests, call the data plane, encode the answers.
+
+- ``app``: :func:`~service.http.app.build_app`, the FastAPI app and its one route table;
+- ``v1``: the JSON API (``/v1``);
+- ``v2``: the Open Inference Protocol over REST (``/v2``);
+- ``operations``: ``/healthz``, ``/readyz``, ``/v1/engines``, ``/v1/models``;
+- ``edge``: what every request meets before its route (keys, limits, admission, deadline, metrics, logs)
+  and the connection limits;
+- ``codecs``: JSON bodies and the /v1 tensor wire forms;
+- ``bodies``: reading (and inflating) bodies, writing JSON;
+- ``errors``: problem+json and the protocol's error body, by kind of service error;
+- ``routing``: routes documented by FastAPI and served without per-request dependency solving;
+- ``docs``, ``examples``: the OpenAPI schema's extras and the offline /docs and /redoc pages;
+- ``tracing``: OpenTelemetry spans per request (``ATTN_TRACING``).
+"""

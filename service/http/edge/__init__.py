@@ -1,0 +1,53 @@
+"""The edge of the REST front end: what every HTTP request meets before its route, and the connection limits.
+
+- ``layer``: :class:`~service.http.edge.layer.ServiceMiddleware`, one pure-ASGI pass: request id,
+  API key, body limits, admission by expected wait (the data plane's), deadline, metrics, access log,
+  security headers, and the 499/500 answers;
+- ``exchange``: one request's state in that pass;
+- ``requests``: request ids, probes, route templates (the metrics' labels), refusals in the path's format;
+- ``security``: security headers and CORS;
+- ``protocol``: the connection's own limits (header size and time, send timeout), in uvicorn's protocol;
+- ``openapi``: the edge's answers in the OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from service.dataplane.plane import DataPlane
+from service.http.edge.layer import Limits, ServiceMiddleware
+from service.http.edge.openapi import document_error_responses
+from service.observability.metrics import ServiceMetrics
+from service.settings import Settings
+
+CORS_HEADERS = ["Authorization", "Content-Type", "Content-Encoding", "Accept-Encoding", "X-API-Key", "X-Request-ID"]
+
+
+def install_edge(app: FastAPI, plane: DataPlane, metrics: ServiceMetrics, settings: Settings) -> None:
+    """Add the edge's middleware (with Starlette's CORS inside it when ``ATTN_CORS_ALLOW_ORIGINS`` is set) and
+    document its answers in the schema. Call after the routes are installed.
+    """
+    cors = None
+    if settings.cors_allow_origins:
+        cors = {
+            "allow_origins": settings.cors_allow_origins,
+            "allow_credentials": settings.cors_allow_credentials,
+            "allow_methods": ["GET", "POST"],
+            "allow_headers": CORS_HEADERS,
+            "expose_headers": ["X-Request-ID", "Retry-After"],
+        }
+    app.add_middleware(
+        ServiceMiddleware,
+        plane=plane,
+        metrics=metrics,
+        limits=Limits(
+            max_body_bytes=settings.max_body_bytes,
+            request_timeout_s=settings.request_timeout_s,
+            body_timeout_s=settings.body_timeout_s,
+            min_upload_bytes_per_s=settings.min_upload_bytes_per_s,
+            debug_delay_s=settings.debug_delay_s,
+        ),
+        auth_exempt=settings.auth_exempt_paths,
+        cors=cors,
+    )
+    document_error_responses(app, settings)

@@ -1,0 +1,217 @@
+"""``POST /v1/attention``, ``/v1/attention/backward`` and ``/v1/attention/analyze``: decode the JSON body, call
+the data plane, encode the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import numpy as np
+from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.responses import Response
+
+from service.core.types import AttentionInputs
+from service.dataplane import analysis as analysis_op
+from service.dataplane import attention as attention_op
+from service.dataplane import backward as backward_op
+from service.dataplane.context import Context
+from service.dataplane.plane import DataPlane
+from service.dataplane.scheduling import Job
+from service.dataplane.tensors import TensorLimits, float_mask_as
+from service.dataplane.timing import Timing
+from service.http.bodies import json_bytes
+from service.http.codecs.tensors import encode_tensor
+from service.http.routing import RawRoute
+from service.http.v1.common import PROBLEM_RESPONSES, answer, json_body, optional_tensor, parsed, tensor
+from service.http.v1.gradient_schemas import (
+    AnalyzeRequest,
+    AnalyzeResponse,
+    AttentionBackwardRequest,
+    AttentionBackwardResponse,
+)
+from service.http.v1.schemas import AttentionRequest, AttentionResponse
+
+ATTENTION_TENSORS = ("query", "key", "value", "mask")
+BACKWARD_TENSORS = (*ATTENTION_TENSORS, "grad_output", "grad_weights")
+ANALYZE_TENSORS = ("query", "key", "mask")
+
+
+def attention_inputs(req: AttentionRequest, limits: TensorLimits) -> AttentionInputs:
+    """The tensors of a /v1/attention (or backward) body, decoded in the order the contract checks them."""
+    return AttentionInputs(
+        query=tensor(req.query, "query", limits),
+        key=tensor(req.key, "key", limits),
+        value=tensor(req.value, "value", limits),
+        mask=optional_tensor(req.mask, "mask", limits, "mask"),
+        key_lengths=None if req.key_lengths is None else np.asarray(req.key_lengths, dtype=np.int64),
+    )
+
+
+def engine_body(out: attention_op.AttentionOutcome | backward_op.BackwardOutcome) -> dict[str, str]:
+    return {"name": out.engine.name, "provider": out.engine.provider, "reason": out.engine.reason}
+
+
+def attention_body(out: attention_op.AttentionOutcome, returned: Collection[str], encoding: str) -> bytes:
+    body: dict[str, Any] = {}
+    if "output" in returned:
+        body["output"] = encode_tensor(out.output, encoding)
+    if out.weights is not None:
+        body["weights"] = encode_tensor(out.weights, encoding)
+    if out.scores is not None:
+        body["scores"] = encode_tensor(out.scores, encoding)
+    out.timing.phase("encode")
+    if out.diagnostics is not None:
+        body["diagnostics"] = out.diagnostics
+    if out.gradient_health is not None:
+        body["gradient_health"] = out.gradient_health
+    body["engine"] = engine_body(out)
+    body["timing_ms"] = out.timing.ms(attention_op.TIMING_ORDER)
+    return json_bytes(body)
+
+
+def backward_body(out: backward_op.BackwardOutcome, encoding: str) -> bytes:
+    result, want = out.result, out.want
+    body: dict[str, Any] = {}
+    for name in backward_op.TENSOR_RESULTS:
+        arr = getattr(result, name)
+        if name in want and arr is not None:
+            body[name] = encode_tensor(arr, encoding)
+    for name in ("grad_scale", "grad_temperature"):
+        if name in want:
+            body[name] = getattr(result, name)
+    if "gradient_health" in want and result.gradient_health is not None:
+        health = result.gradient_health
+        body["gradient_health"] = {"threshold": health.threshold, "heads": health.heads()}
+    out.timing.phase("encode")
+    body["engine"] = engine_body(out)
+    body["timing_ms"] = out.timing.ms(backward_op.TIMING_ORDER)
+    return json_bytes(body)
+
+
+def analysis_body(out: analysis_op.AnalysisOutcome) -> bytes:
+    return json_bytes(
+        {
+            "sweep": [row.as_dict() for row in out.sweep],
+            "normalizer": out.normalizer,
+            "shape": out.shape,
+            "kv_heads": out.kv_heads,
+            "seed": out.seed,
+            "vanishing_threshold": out.vanishing_threshold,
+            "saturation_margin": out.saturation_margin,
+            "timing_ms": out.timing.ms(analysis_op.TIMING_ORDER),
+        }
+    )
+
+
+def attention_job(ctx: Context, raw: bytes) -> Job[bytes]:
+    """The work of one /v1/attention request: its body parsed and checked, its answer as JSON."""
+    req = parsed(AttentionRequest, raw, ATTENTION_TENSORS)
+    timing = Timing()
+    returned = frozenset(req.return_)
+    job = attention_op.attention(
+        ctx,
+        attention_inputs(req, ctx.limits),
+        req,
+        precision=req.precision,
+        returned=returned,
+        encoding=req.encoding,
+        timing=timing,
+    )
+    return job.then(lambda out: attention_body(out, returned, req.encoding))
+
+
+def backward_job(ctx: Context, raw: bytes) -> Job[bytes]:
+    """The work of one /v1/attention/backward request."""
+    req = parsed(AttentionBackwardRequest, raw, BACKWARD_TENSORS)
+    timing = Timing()
+    returned = list(req.return_)
+    limits = ctx.limits
+    inputs = attention_inputs(req, limits)
+    job = backward_op.backward(
+        ctx,
+        inputs,
+        tensor(req.grad_output, "grad_output", limits),
+        optional_tensor(req.grad_weights, "grad_weights", limits),
+        req,
+        precision=req.precision,
+        returned=returned,
+        encoding=req.encoding,
+        timing=timing,
+        grad_mask_loc=("return", returned.index("grad_mask")) if "grad_mask" in returned else ("return",),
+    )
+    return job.then(lambda out: backward_body(out, req.encoding))
+
+
+def analysis_job(ctx: Context, raw: bytes) -> Job[bytes]:
+    """The work of one /v1/attention/analyze request."""
+    req = parsed(AnalyzeRequest, raw, ANALYZE_TENSORS)
+    timing = Timing()
+    limits = ctx.limits
+    # The mask first: an invalid one is refused even when the drawn shape is also too large.
+    mask = float_mask_as(optional_tensor(req.mask, "mask", limits, "mask"), np.dtype(np.float64))
+    analysis_op.check_sources(req, req.query is not None, req.key is not None)
+    query = optional_tensor(req.query, "query", limits)
+    key = optional_tensor(req.key, "key", limits)
+    return analysis_op.analysis(ctx, req, query, key, mask, timing=timing).then(analysis_body)
+
+
+def routes(plane: DataPlane) -> list[APIRoute]:
+    """The attention routes of /v1, bound to ``plane``."""
+    ctx = plane.context
+
+    async def post_attention(request: Request) -> Response:
+        """Scaled dot-product attention with masks, temperature and a choice of normalizer.
+
+        Pipeline: `scores = scale * Q K^T`, plus the mask bias, divided by the temperature, normalized
+        over the keys, then `output = A V`. Fully masked rows give zeros.
+        """
+        return await answer(plane, request, lambda raw: attention_job(ctx, raw))
+
+    async def post_attention_backward(request: Request) -> Response:
+        """The gradients of `sum(output * grad_output) + sum(weights * grad_weights)` with respect to query, key and
+        value, and on request the float mask, the scale and the temperature.
+
+        Takes every /v1/attention field. Masked positions get exactly zero gradient; fully masked rows give zeros.
+        """
+        return await answer(plane, request, lambda raw: backward_job(ctx, raw))
+
+    async def post_attention_analyze(request: Request) -> Response:
+        """Score spread, entropy, saturation and the normalizer's Jacobian norm for each scale, temperature and (when Q
+        and K are drawn from `shape`) head dimension: what the 1/sqrt(d_k) scale and the temperature do to gradients.
+        """
+        return await answer(plane, request, lambda raw: analysis_job(ctx, raw))
+
+    return [
+        RawRoute(
+            "/v1/attention",
+            post_attention,
+            methods=["POST"],
+            tags=["attention"],
+            response_model=AttentionResponse,
+            responses=PROBLEM_RESPONSES,
+            summary="Compute attention",
+            openapi_extra=json_body("AttentionRequest"),
+        ),
+        RawRoute(
+            "/v1/attention/backward",
+            post_attention_backward,
+            methods=["POST"],
+            tags=["gradients"],
+            response_model=AttentionBackwardResponse,
+            responses=PROBLEM_RESPONSES,
+            summary="Gradients of attention (backward pass)",
+            openapi_extra=json_body("AttentionBackwardRequest"),
+        ),
+        RawRoute(
+            "/v1/attention/analyze",
+            post_attention_analyze,
+            methods=["POST"],
+            tags=["gradients"],
+            response_model=AnalyzeResponse,
+            responses=PROBLEM_RESPONSES,
+            summary="Training-health analysis: a sweep over scales, temperatures and head dimensions",
+            openapi_extra=json_body("AnalyzeRequest"),
+        ),
+    ]

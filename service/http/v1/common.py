@@ -1,0 +1,79 @@
+"""What the /v1 routes share: validating a body with its request model, decoding its tensors, documenting
+its answers, and scheduling its work on the data plane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from service.dataplane.errors import Kind, ServiceError
+from service.dataplane.plane import DataPlane
+from service.dataplane.scheduling import Job
+from service.dataplane.tensors import TensorLimits
+from service.http.bodies import parse_json_object, read_body
+from service.http.codecs.tensors import TensorKind, decode_tensor
+from service.http.errors import pydantic_errors, summarize
+
+M = TypeVar("M", bound=BaseModel)
+
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {
+        "description": desc,
+        "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
+    for status, desc in (
+        (400, "The request body is not valid JSON, gzip or deflate data"),
+        (413, "Request too large (estimated work or response size over budget)"),
+        (415, "Content-Type is not JSON, or an unsupported Content-Encoding"),
+        (422, "Invalid input; `errors` names each offending field"),
+        (503, "Overloaded, or the engine is not ready (Retry-After)"),
+    )
+}
+
+
+def json_body(schema: str) -> dict[str, Any]:
+    """``openapi_extra`` for a route that parses its own JSON body."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+        }
+    }
+
+
+def validated(model: type[M], obj: dict[str, Any]) -> M:
+    """``obj`` validated by the request model, or an ``INVALID`` error naming every offending field."""
+    try:
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        errors = pydantic_errors(exc)
+        raise ServiceError(Kind.INVALID, summarize(errors), errors=errors) from None
+
+
+def parsed(model: type[M], raw: bytes, tensor_fields: tuple[str, ...]) -> M:
+    """A /v1 body parsed (its tensors left for :func:`tensor`) and validated."""
+    return validated(model, parse_json_object(raw, tensor_fields))
+
+
+def tensor(value: Any, name: str, limits: TensorLimits, kind: TensorKind = "float") -> np.ndarray:
+    """A wire tensor of the request decoded into numpy (its limits checked as it is decoded)."""
+    return decode_tensor(value, name, kind=kind, limits=limits)
+
+
+def optional_tensor(value: Any, name: str, limits: TensorLimits, kind: TensorKind = "float") -> np.ndarray | None:
+    return None if value is None else decode_tensor(value, name, kind=kind, limits=limits)
+
+
+async def answer(plane: DataPlane, request: Request, prepare: Callable[[bytes], Job[bytes]]) -> Response:
+    """Read a /v1 request's JSON body and run ``prepare(body)``'s job on the data plane's scheduler: the
+    JSON answer, or the error it raised.
+    """
+    raw = await read_body(request, plane.settings.max_body_bytes)
+    content = await plane.scheduler.run(len(raw), lambda: prepare(raw))
+    return Response(content, media_type="application/json")

@@ -1,0 +1,226 @@
+"""The Open Inference Protocol (KServe V2, as Triton and MLServer speak it) over REST, under /v2.
+
+The models are the data plane's (:mod:`service.dataplane.models`); this module reads and writes their
+wire form (:mod:`service.http.v2.tensors`: JSON ``data`` or the binary tensor data extension) and
+answers the protocol's health and metadata routes. Errors are the protocol's ``{"error": "..."}``:
+400 for anything wrong with the request (malformed or invalid; /v1 answers 422 for the latter), 404
+for an unknown model or version, 413 over a size or work limit, 415 for an unknown Content-Encoding,
+503 while the model is not ready (with ``Retry-After``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.responses import Response
+
+from service import __version__
+from service.dataplane.context import NOT_READY_RETRY_AFTER_S, Context
+from service.dataplane.inference import InferRequest, InferResult
+from service.dataplane.models import EXTENSIONS, MODEL_VERSION, SERVER_NAME, Model, find_model
+from service.dataplane.plane import DataPlane
+from service.dataplane.scheduling import Job
+from service.dataplane.timing import Timing
+from service.http.bodies import read_body
+from service.http.routing import V2Route
+from service.http.v2.tensors import HEADER_LENGTH, encode_response, parse_request, split_body
+
+ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
+RETRY = {"Retry-After": str(NOT_READY_RETRY_AFTER_S)}
+JSON = "application/json"
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"description": desc, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+    for status, desc in (
+        (400, "Malformed or invalid request"),
+        (404, "Unknown model or version"),
+        (413, "Request too large (body, inflated body, estimated work or response size)"),
+        (415, "Unsupported Content-Encoding"),
+        (503, "Model not ready"),
+    )
+}
+
+
+INFER_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": (
+            "An Open Inference Protocol inference request: {id?, parameters?, inputs: [{name, shape, datatype, "
+            "parameters?, data?}], outputs?: [{name, parameters?}]}. With the binary tensor data extension the JSON is "
+            "followed by the raw little-endian row-major tensors of the inputs that have parameters.binary_data_size, "
+            "and the Inference-Header-Content-Length header gives the JSON's length. Content-Encoding gzip or deflate "
+            "is accepted."
+        ),
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/InferenceRequest"}},
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+        },
+    },
+    "parameters": [
+        {
+            "name": "Inference-Header-Content-Length",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 1},
+            "description": "Length of the JSON part when binary tensor data follows it.",
+        }
+    ],
+}
+INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": (
+            "The inference response {model_name, model_version, id?, parameters, outputs}; application/octet-stream "
+            "with Inference-Header-Content-Length when any output is binary"
+        ),
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/InferenceResponse"}},
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+        },
+    },
+    **{k: ERROR_RESPONSES[k] for k in (400, 404, 413, 415, 503)},
+}
+
+
+Encoded = tuple[bytes, dict[str, str], str]
+"""An inference response: body, headers, media type."""
+
+
+def encoded(model: Model, request: InferRequest, result: InferResult) -> Encoded:
+    """The inference response of ``result``: each output as the request asked (JSON data or binary)."""
+    outputs = [(name, arr, request.outputs.get(name, request.binary_default)) for name, arr in result.outputs]
+    return encode_response(
+        model=model.name,
+        version=MODEL_VERSION,
+        request_id=request.id,
+        parameters=result.parameters,
+        outputs=outputs,
+    )
+
+
+def infer_job(ctx: Context, model: Model, body: bytes, header_length: str | None) -> Job[Encoded]:
+    """The work of one inference request: its body parsed and checked, the model's answer encoded."""
+    obj, binary = split_body(body, header_length)
+    decoded = parse_request(
+        obj, binary, model=model.name, inputs=model.inputs, outputs=model.output_names, limits=model.input_limits(ctx)
+    )
+    return model.prepare(ctx, decoded, Timing()).then(lambda result: encoded(model, decoded, result))
+
+
+def routes(plane: DataPlane) -> list[APIRoute]:
+    """The /v2 routes, bound to ``plane``."""
+    ctx, runtime = plane.context, plane.runtime
+
+    async def server_metadata(request: Request) -> Response:
+        return Response(
+            orjson.dumps({"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS}), media_type=JSON
+        )
+
+    async def server_live(request: Request) -> Response:
+        return Response(b'{"live":true}', media_type=JSON)
+
+    async def server_ready(request: Request) -> Response:
+        reason = runtime.not_ready_reason()
+        if reason is None:
+            return Response(b'{"ready":true}', media_type=JSON)
+        body = orjson.dumps({"ready": False, "error": reason})
+        return Response(body, status_code=503, media_type=JSON, headers=RETRY)
+
+    async def ready(name: str, version: str | None) -> Response:
+        model = find_model(name, version)
+        reason = runtime.not_ready_reason()
+        body: dict[str, Any] = {"name": model.name, "ready": reason is None}
+        if reason is None:
+            return Response(orjson.dumps(body), media_type=JSON)
+        body["error"] = f"model {model.name!r} is not ready: {reason}"
+        return Response(orjson.dumps(body), status_code=503, media_type=JSON, headers=RETRY)
+
+    async def model_ready(request: Request, model_name: str) -> Response:
+        return await ready(model_name, None)
+
+    async def model_version_ready(request: Request, model_name: str, model_version: str) -> Response:
+        return await ready(model_name, model_version)
+
+    async def model_metadata(request: Request, model_name: str) -> Response:
+        return Response(orjson.dumps(find_model(model_name).metadata()), media_type=JSON)
+
+    async def model_version_metadata(request: Request, model_name: str, model_version: str) -> Response:
+        return Response(orjson.dumps(find_model(model_name, model_version).metadata()), media_type=JSON)
+
+    async def run(request: Request, name: str, version: str | None) -> Response:
+        model = plane.ready_model(name, version)
+        body = await read_body(request, plane.settings.max_body_bytes, json_only=False)  # JSON or octet-stream
+        header_length = request.headers.get(HEADER_LENGTH)
+
+        content, headers, media_type = await plane.scheduler.run(
+            len(body), lambda: infer_job(ctx, model, body, header_length)
+        )
+        return Response(content, media_type=media_type, headers=headers)
+
+    async def infer(request: Request, model_name: str) -> Response:
+        """Run a model. JSON or binary tensors in and out; options in the request parameters; diagnostics in the response parameters."""  # noqa: E501 -- the docstring is the endpoint's OpenAPI description: one line keeps openapi.yaml as it is
+        return await run(request, model_name, None)
+
+    async def infer_version(request: Request, model_name: str, model_version: str) -> Response:
+        """As ``/v2/models/{model_name}/infer``, for an explicit version (``1``)."""
+        return await run(request, model_name, model_version)
+
+    def route(path: str, endpoint: Any, method: str = "GET", **docs: Any) -> APIRoute:
+        return V2Route("/v2" + path, endpoint, methods=[method], tags=["open inference protocol"], **docs)
+
+    not_found = {404: ERROR_RESPONSES[404]}
+    return [
+        route("", server_metadata, summary="Server metadata: name, version, extensions"),
+        route("/health/live", server_live, summary="Server liveness"),
+        route(
+            "/health/ready",
+            server_ready,
+            summary="Server readiness (503 until every engine is ready)",
+            responses={503: ERROR_RESPONSES[503]},
+        ),
+        # HEAD on the health routes, like /healthz and /readyz; not in the schema.
+        route("/health/live", server_live, "HEAD", include_in_schema=False),
+        route("/health/ready", server_ready, "HEAD", include_in_schema=False),
+        route(
+            "/models/{model_name}/ready",
+            model_ready,
+            summary="Model readiness",
+            responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
+        ),
+        route(
+            "/models/{model_name}/versions/{model_version}/ready",
+            model_version_ready,
+            summary="Model readiness (one version)",
+            responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
+        ),
+        route(
+            "/models/{model_name}",
+            model_metadata,
+            summary="Model metadata: inputs, outputs and parameters",
+            responses=not_found,
+        ),
+        route(
+            "/models/{model_name}/versions/{model_version}",
+            model_version_metadata,
+            summary="Model metadata (one version)",
+            responses=not_found,
+        ),
+        route(
+            "/models/{model_name}/infer",
+            infer,
+            "POST",
+            summary="Inference",
+            responses=INFER_RESPONSES,
+            openapi_extra=INFER_OPENAPI,
+        ),
+        route(
+            "/models/{model_name}/versions/{model_version}/infer",
+            infer_version,
+            "POST",
+            summary="Inference (one version)",
+            responses=INFER_RESPONSES,
+            openapi_extra=INFER_OPENAPI,
+        ),
+    ]
