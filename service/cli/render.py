@@ -82,7 +82,7 @@ def attention_text(result: AttentionResult) -> str:
     lines: list[str] = []
     if result.output is not None:
         lines.append(f"output {tuple(result.output.shape)} {result.output.dtype}")
-    diag = result.diagnostics or {}
+    diag: dict[str, Any] = dict(result.diagnostics or {})
     heads = diag.get("heads", [])
     if result.weights is not None:
         w = result.weights.reshape((-1, *result.weights.shape[-2:]))

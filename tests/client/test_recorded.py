@@ -16,6 +16,7 @@ from attention_client import (
     AttentionClient,
     BackwardResult,
     CalibrateResult,
+    DefaultSampleResult,
     SampleResult,
     TokenLogprob,
     encode_tensor,
@@ -120,7 +121,7 @@ def test_sample() -> None:
         "logprobs": [-0.3412, -1.2410, -0.3412],
         "top_logprobs": [[{"token": 3, "logprob": -0.3412}, {"token": 0, "logprob": -1.2410}]],
         "probabilities": _b64(np.array([0.2891, 0, 0, 0.7109])),
-        "diagnostics": [{"entropy_raw": 0.8296, "entropy": 0.5996, "kept": 2, "removed_mass": 0.0646}],
+        "diagnostics": {"entropy_raw": [0.8296], "entropy": [0.5996], "kept": [2], "removed_mass": [0.0646]},
         "seed": 1234,
         "timing_ms": {"total": 0.2},
     }
@@ -141,13 +142,17 @@ def test_sample() -> None:
     assert r.tokens.tolist() == [3, 0, 3] and r.seed == 1234
     assert r.top_logprobs == [[TokenLogprob(3, -0.3412), TokenLogprob(0, -1.2410)]]
     assert r.probabilities is not None and r.probabilities.tolist() == [0.2891, 0, 0, 0.7109]
-    assert r.diagnostics[0]["kept"] == 2 and r.raw_logprobs is None
+    assert r.diagnostics is not None and r.diagnostics["kept"] == [2] and r.raw_logprobs is None
 
 
 def test_sample_previous_tokens_per_row() -> None:
-    c, bodies = _replay("/v1/sample", {"tokens": [[1], [0]], "seed": 5})
+    diagnostics = {"entropy_raw": [1.38, 1.38], "entropy": [1.2, 1.1], "kept": [4, 3], "removed_mass": [0.0, 0.1]}
+    answer = {"tokens": [[1], [0]], "logprobs": [[-1.2], [-0.9]], "diagnostics": diagnostics, "seed": 5}
+    c, bodies = _replay("/v1/sample", answer)
     r = c.sample(np.zeros((2, 4)), previous_tokens=[[1, 1], [np.int64(2)]])
-    assert bodies[0]["previous_tokens"] == [[1, 1], [2]] and r.tokens is not None and r.tokens.shape == (2, 1)
+    assert bodies[0]["previous_tokens"] == [[1, 1], [2]] and "return" not in bodies[0]
+    assert isinstance(r, DefaultSampleResult) and r.tokens.shape == (2, 1) and r.logprobs.shape == (2, 1)
+    assert r.diagnostics["kept"] == [4, 3]
 
 
 def test_calibrate() -> None:

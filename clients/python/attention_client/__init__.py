@@ -3,14 +3,18 @@
 Tensors travel in the ``b64`` wire form both ways (little-endian C order), answers are
 not compressed unless asked (``compression=True``), 503/429 and connection failures are
 retried with backoff honouring ``Retry-After`` (:class:`RetryPolicy`), and every failure
-is a :class:`ServiceError` carrying the problem+json fields::
+is a :class:`ServiceError` carrying the problem+json fields; input the client can tell is
+bad (a ragged list, text for numbers) raises :class:`ValidationError` before any request::
 
     import numpy as np
     from attention_client import AttentionClient
 
-    with AttentionClient("http://127.0.0.1:8000") as client:
+    with AttentionClient("http://127.0.0.1:8000") as client:  # or "127.0.0.1:8000"
         r = client.attention(q, k, v, causal="top_left", normalizer="entmax15")
         r.output, r.weights, r.diagnostics["entropy"], r.engine.name, r.request_id
+
+``AsyncAttentionClient`` is the same client for ``asyncio`` (``client.py`` is generated from
+``async_client.py``). ``help(AttentionClient.attention)`` documents every parameter.
 """
 
 from __future__ import annotations
@@ -31,12 +35,22 @@ from attention_client.errors import (
 )
 from attention_client.results import (
     AnalyzeResult,
+    AttentionDiagnostics,
     AttentionResult,
     BackwardResult,
     CalibrateResult,
+    DefaultAttentionResult,
+    DefaultBackwardResult,
+    DefaultSampleResult,
     EngineInfo,
+    GradientHealth,
+    HeadDiagnostics,
+    HeadGradientHealth,
     ReliabilityBin,
+    SampleDiagnostics,
     SampleResult,
+    ScoreStats,
+    SoftmaxDiagnostics,
     SoftmaxResult,
     SweepRow,
     TokenLogprob,
@@ -49,18 +63,28 @@ __all__ = [
     "AnalyzeResult",
     "AsyncAttentionClient",
     "AttentionClient",
+    "AttentionDiagnostics",
     "AttentionResult",
     "AuthenticationError",
     "BackwardResult",
     "CalibrateResult",
+    "DefaultAttentionResult",
+    "DefaultBackwardResult",
+    "DefaultSampleResult",
     "EngineInfo",
+    "GradientHealth",
+    "HeadDiagnostics",
+    "HeadGradientHealth",
     "OverloadedError",
     "PayloadTooLargeError",
     "ReliabilityBin",
     "RetryPolicy",
+    "SampleDiagnostics",
     "SampleResult",
+    "ScoreStats",
     "ServerTimeoutError",
     "ServiceError",
+    "SoftmaxDiagnostics",
     "SoftmaxResult",
     "SweepRow",
     "TokenLogprob",

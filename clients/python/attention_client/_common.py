@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import httpx
 
 from attention_client._wire import loads
-from attention_client.errors import ServiceError, TransportError, error_for_status, problem_from_body
+from attention_client.errors import ServiceError, TransportError, error_for_status, invalid_input, problem_from_body
 from attention_client.retry import RetryPolicy, parse_retry_after
 
 T = TypeVar("T")
@@ -21,6 +21,23 @@ API_KEY_ENV = "ATTENTION_API_KEY"
 
 RETRYABLE_TRANSPORT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)
 """No answer came, and the request can be sent again (the service's operations are pure computations)."""
+
+
+def normalize_base_url(url: str) -> str:
+    """The service's address with a scheme: ``host:port`` (tritonclient's form) gets ``http://``.
+
+    A scheme other than http or https, or an address with no host, is refused at once
+    (:class:`ValidationError`), not at the first call.
+    """
+    text = str(url).strip()
+    if "://" not in text:
+        text = "http://" + text
+    scheme, _, rest = text.partition("://")
+    if scheme.lower() not in ("http", "https"):
+        raise invalid_input("base_url", f"{url!r}: the scheme must be http or https")
+    if not rest.split("/", 1)[0]:
+        raise invalid_input("base_url", f"{url!r}: no host")
+    return text
 
 
 def base_headers(api_key: str | None, compression: bool, user_agent: str) -> dict[str, str]:

@@ -3,10 +3,18 @@
 Options left at None are not sent, so the server's documented default applies.
 Every tensor is sent in the ``b64`` form and, where the endpoint has the
 ``encoding`` option, asked back in it.
+
+Input the client can judge on its own is checked here, before any request: a
+tensor must be a rectangular array of numbers or booleans (a ragged nested
+list, text, ``None`` entries or complex numbers raise :class:`ValidationError`
+naming the argument), integer options and lists must hold integers, and number
+options must be numbers. Ranges and shapes are the service's to judge.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from attention_client._wire import encode_tensor
+from attention_client.errors import invalid_input
 from attention_client.types import (
     BackwardReturn,
     CalibrationMethod,
@@ -32,22 +41,88 @@ ANALYZE_PATH = "/v1/attention/analyze"
 SAMPLE_PATH = "/v1/sample"
 CALIBRATE_PATH = "/v1/calibrate"
 
+_NUMERIC_KINDS = frozenset("biuf")
+"""numpy dtype kinds a tensor may have: bool, signed and unsigned integers, floats."""
+_KIND_NAMES = {"U": "text", "S": "bytes", "O": "Python objects (None, mixed types)", "c": "complex numbers"}
+
 
 def _put(body: dict[str, Any], **options: Any) -> dict[str, Any]:
     body.update({k: v for k, v in options.items() if v is not None})
     return body
 
 
-def _tensor(array: npt.ArrayLike | None) -> dict[str, Any] | None:
-    return None if array is None else encode_tensor(array)
+def as_array(value: npt.ArrayLike, field: str) -> npt.NDArray[Any]:
+    """``value`` as a numpy array of numbers or booleans, else :class:`ValidationError` naming ``field``."""
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as exc:  # numpy >= 1.24 refuses ragged nested lists with ValueError
+        text = str(exc)
+        if "inhomogeneous" in text or "sequence" in text:
+            raise invalid_input(field, "a ragged nested list: every row must have the same length") from None
+        raise invalid_input(field, f"not an array of numbers ({text})") from None
+    if array.dtype.kind not in _NUMERIC_KINDS:
+        what = _KIND_NAMES.get(array.dtype.kind, f"dtype {array.dtype}")
+        raise invalid_input(field, f"must hold numbers (or booleans for a mask), got {what}")
+    return array
 
 
-def _ints(values: Sequence[int] | None) -> list[int] | None:
-    return None if values is None else [int(v) for v in values]
+def _tensor(array: npt.ArrayLike | None, field: str) -> dict[str, Any] | None:
+    return None if array is None else encode_tensor(as_array(array, field))
 
 
-def _floats(values: Sequence[float] | None) -> list[float] | None:
-    return None if values is None else [float(v) for v in values]
+def _required_tensor(array: npt.ArrayLike, field: str) -> dict[str, Any]:
+    return encode_tensor(as_array(array, field))
+
+
+def _int(value: Any, field: str) -> int:
+    """An integer (a float with an integral value is accepted; a bool is not)."""
+    if isinstance(value, bool | np.bool_):
+        raise invalid_input(field, f"expected an integer, got {value!r}")
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and math.isfinite(float(value)) and float(value).is_integer():
+        return int(float(value))
+    raise invalid_input(field, f"expected an integer, got {value!r}")
+
+
+def _float(value: Any, field: str) -> float:
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise invalid_input(field, f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _opt_int(value: Any, field: str) -> int | None:
+    return None if value is None else _int(value, field)
+
+
+def _opt_float(value: Any, field: str) -> float | None:
+    return None if value is None else _float(value, field)
+
+
+def _ints(values: Any, field: str) -> list[int] | None:
+    if values is None:
+        return None
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise invalid_input(field, f"expected a list of integers, got {values!r}")
+    return [_int(v, field) for v in values]
+
+
+def _floats(values: Any, field: str) -> list[float] | None:
+    if values is None:
+        return None
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise invalid_input(field, f"expected a list of numbers, got {values!r}")
+    return [_float(v, field) for v in values]
+
+
+def _causal(value: Any) -> Causal | None:
+    if value is None or isinstance(value, bool):
+        return value
+    if value in ("top_left", "bottom_right"):
+        return value  # type: ignore[no-any-return]  # one of the two literals
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise invalid_input("causal", f"expected True, False, 'top_left' or 'bottom_right', got {value!r}")
 
 
 def attention_body(
@@ -66,16 +141,20 @@ def attention_body(
     precision: Precision | None,
     returns: Sequence[str] | None,
 ) -> dict[str, Any]:
-    body = {"query": encode_tensor(query), "key": encode_tensor(key), "value": encode_tensor(value)}
+    body = {
+        "query": _required_tensor(query, "query"),
+        "key": _required_tensor(key, "key"),
+        "value": _required_tensor(value, "value"),
+    }
     return _put(
         body,
-        mask=_tensor(mask),
-        causal=causal,
-        key_lengths=_ints(key_lengths),
-        scale=scale,
-        temperature=temperature,
+        mask=_tensor(mask, "mask"),
+        causal=_causal(causal),
+        key_lengths=_ints(key_lengths, "key_lengths"),
+        scale=_opt_float(scale, "scale"),
+        temperature=_opt_float(temperature, "temperature"),
         normalizer=normalizer,
-        alpha=alpha,
+        alpha=_opt_float(alpha, "alpha"),
         engine=engine,
         precision=precision,
         encoding="base64",
@@ -95,13 +174,13 @@ def softmax_body(
     precision: Precision | None,
 ) -> dict[str, Any]:
     return _put(
-        {"logits": encode_tensor(logits)},
-        axis=axis,
-        temperature=temperature,
+        {"logits": _required_tensor(logits, "logits")},
+        axis=_opt_int(axis, "axis"),
+        temperature=_opt_float(temperature, "temperature"),
         normalizer=normalizer,
-        alpha=alpha,
-        mask=_tensor(mask),
-        log=log,
+        alpha=_opt_float(alpha, "alpha"),
+        mask=_tensor(mask, "mask"),
+        log=None if log is None else bool(log),
         precision=precision,
         encoding="base64",
     )
@@ -140,7 +219,11 @@ def backward_body(
         precision=precision,
         returns=returns,
     )
-    return _put(body, grad_output=encode_tensor(grad_output), grad_weights=_tensor(grad_weights))
+    return _put(
+        body,
+        grad_output=_required_tensor(grad_output, "grad_output"),
+        grad_weights=_tensor(grad_weights, "grad_weights"),
+    )
 
 
 def analyze_body(
@@ -161,32 +244,38 @@ def analyze_body(
     vanishing_threshold: float | None,
 ) -> dict[str, Any]:
     if (query is None) != (key is None):
-        raise ValueError("give both query and key, or neither (and a shape to draw them)")
+        raise invalid_input("query" if query is None else "key", "give both query and key, or neither (and a shape)")
     if query is None and shape is None:
-        raise ValueError("give query and key, or a shape [B, H, L, E] to draw them")
+        raise invalid_input("shape", "give query and key, or a shape [B, H, L, E] to draw them")
     return _put(
         {},
-        query=_tensor(query),
-        key=_tensor(key),
-        shape=_ints(shape),
+        query=_tensor(query, "query"),
+        key=_tensor(key, "key"),
+        shape=_ints(shape, "shape"),
         distribution=distribution,
-        seed=seed,
-        scales=_floats(scales),
-        temperatures=_floats(temperatures),
-        head_dims=_ints(head_dims),
+        seed=_opt_int(seed, "seed"),
+        scales=_floats(scales, "scales"),
+        temperatures=_floats(temperatures, "temperatures"),
+        head_dims=_ints(head_dims, "head_dims"),
         normalizer=normalizer,
-        alpha=alpha,
-        mask=_tensor(mask),
-        causal=causal,
-        key_lengths=_ints(key_lengths),
-        vanishing_threshold=vanishing_threshold,
+        alpha=_opt_float(alpha, "alpha"),
+        mask=_tensor(mask, "mask"),
+        causal=_causal(causal),
+        key_lengths=_ints(key_lengths, "key_lengths"),
+        vanishing_threshold=_opt_float(vanishing_threshold, "vanishing_threshold"),
     )
 
 
-def _previous(tokens: Sequence[int] | Sequence[Sequence[int]] | None) -> list[Any] | None:
+def _previous(tokens: Any) -> list[Any] | None:
+    """One list of token ids for every row, or one list per row (rows may differ in length)."""
     if tokens is None:
         return None
-    return [[int(t) for t in row] if isinstance(row, Sequence) else int(row) for row in tokens]
+    if isinstance(tokens, str | bytes) or not isinstance(tokens, Sequence | np.ndarray):
+        raise invalid_input("previous_tokens", f"expected a list of token ids (or one per row), got {tokens!r}")
+    return [
+        _ints(row, "previous_tokens") if isinstance(row, Sequence | np.ndarray) else _int(row, "previous_tokens")
+        for row in tokens
+    ]
 
 
 def sample_body(
@@ -207,19 +296,19 @@ def sample_body(
     returns: Sequence[SampleReturn] | None,
 ) -> dict[str, Any]:
     return _put(
-        {"logits": encode_tensor(logits)},
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        min_p=min_p,
-        repetition_penalty=repetition_penalty,
-        presence_penalty=presence_penalty,
-        frequency_penalty=frequency_penalty,
+        {"logits": _required_tensor(logits, "logits")},
+        temperature=_opt_float(temperature, "temperature"),
+        top_k=_opt_int(top_k, "top_k"),
+        top_p=_opt_float(top_p, "top_p"),
+        min_p=_opt_float(min_p, "min_p"),
+        repetition_penalty=_opt_float(repetition_penalty, "repetition_penalty"),
+        presence_penalty=_opt_float(presence_penalty, "presence_penalty"),
+        frequency_penalty=_opt_float(frequency_penalty, "frequency_penalty"),
         previous_tokens=_previous(previous_tokens),
-        mask=_tensor(mask),
-        n=n,
-        seed=seed,
-        top_logprobs=top_logprobs,
+        mask=_tensor(mask, "mask"),
+        n=_opt_int(n, "n"),
+        seed=_opt_int(seed, "seed"),
+        top_logprobs=_opt_int(top_logprobs, "top_logprobs"),
         encoding="base64",
         **{"return": None if returns is None else list(returns)},
     )
@@ -228,8 +317,12 @@ def sample_body(
 def calibrate_body(
     logits: npt.ArrayLike, labels: Sequence[int] | npt.ArrayLike, *, method: CalibrationMethod | None, bins: int | None
 ) -> dict[str, Any]:
+    label_array = as_array(labels, "labels")
     return _put(
-        {"logits": encode_tensor(logits), "labels": [int(v) for v in np.asarray(labels).ravel()]},
+        {
+            "logits": _required_tensor(logits, "logits"),
+            "labels": [_int(v, "labels") for v in label_array.ravel().tolist()],
+        },
         method=method,
-        bins=bins,
+        bins=_opt_int(bins, "bins"),
     )

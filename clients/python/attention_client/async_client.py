@@ -1,10 +1,15 @@
-"""The asynchronous client (``asyncio``; one instance may serve many concurrent calls)."""
+"""The asynchronous client (``asyncio``; one instance may serve many concurrent calls).
+
+This file is the one the clients are written in: ``client.py`` (the synchronous client) is generated from
+it by ``clients/python/scripts/unasync.py`` (``async def`` becomes ``def``, ``await`` goes, ``httpx.AsyncClient``
+becomes ``httpx.Client``, ...). Edit this file, then run the script; a test checks that the two agree.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, overload
 
 import httpx
 import numpy.typing as npt
@@ -17,6 +22,7 @@ from attention_client._common import (
     base_headers,
     call_headers,
     check_get,
+    normalize_base_url,
     resolve_api_key,
     result_or_error,
     retry_wait,
@@ -24,11 +30,15 @@ from attention_client._common import (
 )
 from attention_client._version import __version__
 from attention_client._wire import dumps
+from attention_client.errors import TransportError
 from attention_client.results import (
     AnalyzeResult,
     AttentionResult,
     BackwardResult,
     CalibrateResult,
+    DefaultAttentionResult,
+    DefaultBackwardResult,
+    DefaultSampleResult,
     SampleResult,
     SoftmaxResult,
 )
@@ -53,11 +63,9 @@ __all__ = ["AsyncAttentionClient"]
 class AsyncAttentionClient:
     """Calls the service over HTTP from ``asyncio`` code; numpy arrays in, numpy arrays out (``b64`` on the wire).
 
-    ``api_key`` defaults to ``$ATTENTION_API_KEY``. ``timeout`` (seconds or an ``httpx.Timeout``)
-    applies to each attempt; ``retry`` says how 503, 429 and connection failures are retried.
-    ``compression=True`` lets the server gzip large answers (worth it on slow links only).
-    ``transport`` (an ``httpx.AsyncBaseTransport``, e.g. ``httpx.ASGITransport(app)`` for an in-process app) or
-    ``http`` (a ready ``httpx.AsyncClient``; not closed by this client) replace the default connection.
+    Use it as a context manager (or call :meth:`close`) so that its connections are closed. Every failure
+    is a :class:`~attention_client.ServiceError`; input the client can tell is bad raises
+    :class:`~attention_client.ValidationError` before any request is sent.
     """
 
     def __init__(
@@ -71,11 +79,30 @@ class AsyncAttentionClient:
         transport: httpx.AsyncBaseTransport | None = None,
         http: Any = None,
     ) -> None:
+        """Make a client for the service at ``base_url``.
+
+        Args:
+            base_url: The service's address, ``http://host:port`` (a path prefix is kept). Without a scheme
+                (``"127.0.0.1:8000"``, as tritonclient takes it) ``http://`` is assumed.
+            api_key: Sent as ``Authorization: Bearer``; default ``$ATTENTION_API_KEY`` (empty: none).
+            timeout: Seconds (or an ``httpx.Timeout``) for each attempt of a request; a call's own
+                ``timeout`` replaces it.
+            retry: How 503, 429 and connection failures are retried; default ``RetryPolicy()`` (3 retries,
+                honouring ``Retry-After``). ``RetryPolicy(max_retries=0)`` turns retries off.
+            compression: Let the server gzip its answers (worth it on slow links only; default off).
+            transport: An ``httpx.AsyncBaseTransport`` to send requests through instead of the network, e.g.
+                ``httpx.ASGITransport(app)`` for an app in this process.
+            http: A ready ``httpx.AsyncClient`` (or one that quacks like it) to use as it is; this client does
+                not close it. ``base_url``, ``timeout`` and ``transport`` are then ignored.
+
+        """
         self.retry = retry if retry is not None else RetryPolicy()
         self._headers = base_headers(resolve_api_key(api_key), compression, f"attention-client/{__version__}")
         self._owned = http is None
         self._http: Any = (
-            http if http is not None else httpx.AsyncClient(base_url=base_url, timeout=timeout, transport=transport)
+            http
+            if http is not None
+            else httpx.AsyncClient(base_url=normalize_base_url(base_url), timeout=timeout, transport=transport)
         )
         self._sleep = asyncio.sleep
 
@@ -136,6 +163,48 @@ class AsyncAttentionClient:
 
     # ------------------------------------------------------------------ /v1
 
+    @overload
+    async def attention(
+        self,
+        query: npt.ArrayLike,
+        key: npt.ArrayLike,
+        value: npt.ArrayLike,
+        *,
+        mask: npt.ArrayLike | None = ...,
+        causal: Causal = ...,
+        key_lengths: Sequence[int] | None = ...,
+        scale: float | None = ...,
+        temperature: float = ...,
+        normalizer: Normalizer = ...,
+        alpha: float | None = ...,
+        engine: EngineName = ...,
+        precision: Precision = ...,
+        returns: None = ...,
+        request_id: str | None = ...,
+        timeout: float | None = ...,
+    ) -> DefaultAttentionResult: ...
+
+    @overload
+    async def attention(
+        self,
+        query: npt.ArrayLike,
+        key: npt.ArrayLike,
+        value: npt.ArrayLike,
+        *,
+        mask: npt.ArrayLike | None = ...,
+        causal: Causal = ...,
+        key_lengths: Sequence[int] | None = ...,
+        scale: float | None = ...,
+        temperature: float = ...,
+        normalizer: Normalizer = ...,
+        alpha: float | None = ...,
+        engine: EngineName = ...,
+        precision: Precision = ...,
+        returns: Sequence[AttentionReturn],
+        request_id: str | None = ...,
+        timeout: float | None = ...,
+    ) -> AttentionResult: ...
+
     async def attention(
         self,
         query: npt.ArrayLike,
@@ -151,11 +220,41 @@ class AsyncAttentionClient:
         alpha: float | None = None,
         engine: EngineName = "auto",
         precision: Precision = "float32",
-        returns: Sequence[AttentionReturn] = ("output", "weights", "diagnostics"),
+        returns: Sequence[AttentionReturn] | None = None,
         request_id: str | None = None,
         timeout: float | None = None,
     ) -> AttentionResult:
-        """``POST /v1/attention``. ``returns`` is the API's ``return`` field."""
+        """``POST /v1/attention``: ``normalizer((scale * Q K^T + mask) / temperature) V`` per head.
+
+        Args:
+            query: ``(B, H, L, E)``, ``(H, L, E)`` or ``(L, E)``; float16/32/64 keep their dtype on the wire.
+            key: ``(B, Hkv, S, E)`` with the query's rank; ``H`` a multiple of ``Hkv`` (grouped-query attention).
+            value: ``(B, Hkv, S, Ev)``.
+            mask: Broadcastable to ``(B, H, L, S)``: booleans (True = may attend) or an additive float mask.
+            causal: ``True`` or ``"top_left"`` (query i sees keys up to i, PyTorch's ``is_causal``),
+                ``"bottom_right"`` (the last query sees every key), or ``False``.
+            key_lengths: Valid keys per batch entry (the rest are masked), e.g. ``[3, 2]``.
+            scale: Multiplies ``Q K^T``; default ``1 / sqrt(E)``.
+            temperature: Divides the scores (> 0).
+            normalizer: ``"softmax"``, ``"sparsemax"``, ``"entmax15"``, ``"entmax"`` (with ``alpha``) or
+                ``"relu"``.
+            alpha: For ``normalizer="entmax"``: ``alpha > 1`` (2 is sparsemax, 1.5 is entmax15).
+            engine: ``"auto"`` (the service picks), ``"numpy"`` or ``"onnx"``.
+            precision: ``"float32"`` or ``"float64"``: the compute and answer dtype.
+            returns: What to send back, of ``"output"``, ``"weights"``, ``"scores"``, ``"diagnostics"`` (the
+                API's ``return`` field). Default (None): output, weights and diagnostics, as a
+                :class:`~attention_client.DefaultAttentionResult` whose fields for them are never None.
+            request_id: Sent as ``X-Request-ID`` (the answer's id is the result's ``request_id``).
+            timeout: Seconds for each attempt of this call; default the client's.
+
+        Returns:
+            The arrays asked for (others None), the diagnostics, the engine that ran it and the timings.
+
+        Raises:
+            ValidationError: Bad input (before sending) or a 400/422 answer.
+            ServiceError: Any other failure (its subclasses say which).
+
+        """
         body = _requests.attention_body(
             query,
             key,
@@ -171,7 +270,8 @@ class AsyncAttentionClient:
             precision=precision,
             returns=returns,
         )
-        return await self._post(_requests.ATTENTION_PATH, body, AttentionResult.parse, request_id, timeout)
+        parse = AttentionResult.parse if returns is not None else DefaultAttentionResult.parse
+        return await self._post(_requests.ATTENTION_PATH, body, parse, request_id, timeout)
 
     async def softmax(
         self,
@@ -187,7 +287,30 @@ class AsyncAttentionClient:
         request_id: str | None = None,
         timeout: float | None = None,
     ) -> SoftmaxResult:
-        """``POST /v1/softmax``: probabilities along ``axis`` (and log-probabilities with ``log=True``)."""
+        """``POST /v1/softmax``: probabilities along ``axis`` (and log-probabilities with ``log=True``).
+
+        Args:
+            logits: Scores of any shape (a single row, or rows of it).
+            axis: The axis that sums to 1.
+            temperature: Divides the logits (> 0).
+            normalizer: ``"softmax"``, ``"sparsemax"``, ``"entmax15"``, ``"entmax"`` (with ``alpha``) or
+                ``"relu"``.
+            alpha: For ``normalizer="entmax"``: ``alpha > 1``.
+            mask: Broadcastable to ``logits``: booleans (True = keep) or an additive float mask.
+            log: Also return ``log_probabilities`` (softmax only).
+            precision: ``"float32"`` or ``"float64"``.
+            request_id: Sent as ``X-Request-ID``.
+            timeout: Seconds for each attempt of this call; default the client's.
+
+        Returns:
+            ``probabilities`` (always), ``log_probabilities`` (with ``log=True``, else None) and the per-row
+            diagnostics (entropy, max, argmax).
+
+        Raises:
+            ValidationError: Bad input (before sending) or a 400/422 answer.
+            ServiceError: Any other failure.
+
+        """
         body = _requests.softmax_body(
             logits,
             axis=axis,
@@ -199,6 +322,52 @@ class AsyncAttentionClient:
             precision=precision,
         )
         return await self._post(_requests.SOFTMAX_PATH, body, SoftmaxResult.parse, request_id, timeout)
+
+    @overload
+    async def attention_backward(
+        self,
+        query: npt.ArrayLike,
+        key: npt.ArrayLike,
+        value: npt.ArrayLike,
+        grad_output: npt.ArrayLike,
+        *,
+        grad_weights: npt.ArrayLike | None = ...,
+        mask: npt.ArrayLike | None = ...,
+        causal: Causal = ...,
+        key_lengths: Sequence[int] | None = ...,
+        scale: float | None = ...,
+        temperature: float = ...,
+        normalizer: Normalizer = ...,
+        alpha: float | None = ...,
+        engine: EngineName = ...,
+        precision: Precision = ...,
+        returns: None = ...,
+        request_id: str | None = ...,
+        timeout: float | None = ...,
+    ) -> DefaultBackwardResult: ...
+
+    @overload
+    async def attention_backward(
+        self,
+        query: npt.ArrayLike,
+        key: npt.ArrayLike,
+        value: npt.ArrayLike,
+        grad_output: npt.ArrayLike,
+        *,
+        grad_weights: npt.ArrayLike | None = ...,
+        mask: npt.ArrayLike | None = ...,
+        causal: Causal = ...,
+        key_lengths: Sequence[int] | None = ...,
+        scale: float | None = ...,
+        temperature: float = ...,
+        normalizer: Normalizer = ...,
+        alpha: float | None = ...,
+        engine: EngineName = ...,
+        precision: Precision = ...,
+        returns: Sequence[BackwardReturn],
+        request_id: str | None = ...,
+        timeout: float | None = ...,
+    ) -> BackwardResult: ...
 
     async def attention_backward(
         self,
@@ -217,11 +386,43 @@ class AsyncAttentionClient:
         alpha: float | None = None,
         engine: EngineName = "auto",
         precision: Precision = "float32",
-        returns: Sequence[BackwardReturn] = ("grad_query", "grad_key", "grad_value"),
+        returns: Sequence[BackwardReturn] | None = None,
         request_id: str | None = None,
         timeout: float | None = None,
     ) -> BackwardResult:
-        """``POST /v1/attention/backward``: gradients of a loss with upstream gradient ``grad_output``."""
+        """``POST /v1/attention/backward``: gradients of ``sum(output * grad_output)`` (plus
+        ``sum(weights * grad_weights)``) with respect to the inputs.
+
+        Args:
+            query: As for :meth:`attention`.
+            key: As for :meth:`attention`.
+            value: As for :meth:`attention`.
+            grad_output: The upstream gradient, the output's shape ``(B, H, L, Ev)``.
+            grad_weights: An upstream gradient on the weights, ``(B, H, L, S)``; optional.
+            mask: As for :meth:`attention`; a float mask gets ``grad_mask``.
+            causal: As for :meth:`attention`.
+            key_lengths: As for :meth:`attention`.
+            scale: As for :meth:`attention`.
+            temperature: As for :meth:`attention`.
+            normalizer: As for :meth:`attention`.
+            alpha: As for :meth:`attention`.
+            engine: As for :meth:`attention`.
+            precision: As for :meth:`attention`.
+            returns: What to send back, of ``"grad_query"``, ``"grad_key"``, ``"grad_value"``, ``"grad_mask"``,
+                ``"grad_scale"``, ``"grad_temperature"``, ``"output"``, ``"weights"``, ``"gradient_health"``.
+                Default (None): the three input gradients, as a
+                :class:`~attention_client.DefaultBackwardResult` whose fields for them are never None.
+            request_id: Sent as ``X-Request-ID``.
+            timeout: Seconds for each attempt of this call; default the client's.
+
+        Returns:
+            The gradients asked for (others None), the engine and the timings.
+
+        Raises:
+            ValidationError: Bad input (before sending) or a 400/422 answer.
+            ServiceError: Any other failure.
+
+        """
         body = _requests.backward_body(
             query,
             key,
@@ -239,7 +440,8 @@ class AsyncAttentionClient:
             precision=precision,
             returns=returns,
         )
-        return await self._post(_requests.BACKWARD_PATH, body, BackwardResult.parse, request_id, timeout)
+        parse = BackwardResult.parse if returns is not None else DefaultBackwardResult.parse
+        return await self._post(_requests.BACKWARD_PATH, body, parse, request_id, timeout)
 
     async def analyze(
         self,
@@ -262,7 +464,34 @@ class AsyncAttentionClient:
         timeout: float | None = None,
     ) -> AnalyzeResult:
         """``POST /v1/attention/analyze``: entropy, saturation and Jacobian norms over a sweep of scales and
-        temperatures, on the given ``query``/``key`` or on ones drawn for ``shape`` ``[B, H, L, E]``.
+        temperatures. Options left at None take the service's defaults.
+
+        Args:
+            query: ``(B, H, L, E)``, ``(H, L, E)`` or ``(L, E)``; with ``key``, or neither (and ``shape``).
+            key: ``(B, Hkv, S, E)``, the query's rank.
+            shape: ``[B, H, L, E]``: draw query and key of this shape instead of sending them.
+            distribution: Of the drawn entries: ``"normal"`` (standard normal).
+            seed: Seed of the draw.
+            scales: Scales to sweep; default ``1 / sqrt(E)`` and 1.
+            temperatures: Temperatures to sweep (> 0).
+            head_dims: Head dimensions to sweep (drawn inputs only).
+            normalizer: As for :meth:`attention`.
+            alpha: For ``normalizer="entmax"``: ``alpha > 1``.
+            mask: As for :meth:`attention`.
+            causal: As for :meth:`attention`.
+            key_lengths: As for :meth:`attention`.
+            vanishing_threshold: A row's gradient vanishes when its Jacobian norm is below this.
+            request_id: Sent as ``X-Request-ID``.
+            timeout: Seconds for each attempt of this call; default the client's.
+
+        Returns:
+            ``sweep``: one :class:`~attention_client.SweepRow` per (scale, temperature[, head_dim]).
+
+        Raises:
+            ValidationError: Bad input (before sending: query without key, neither and no shape) or a 400/422
+                answer.
+            ServiceError: Any other failure.
+
         """
         body = _requests.analyze_body(
             query,
@@ -282,6 +511,50 @@ class AsyncAttentionClient:
         )
         return await self._post(_requests.ANALYZE_PATH, body, AnalyzeResult.parse, request_id, timeout)
 
+    @overload
+    async def sample(
+        self,
+        logits: npt.ArrayLike,
+        *,
+        temperature: float = ...,
+        top_k: int = ...,
+        top_p: float = ...,
+        min_p: float = ...,
+        repetition_penalty: float = ...,
+        presence_penalty: float = ...,
+        frequency_penalty: float = ...,
+        previous_tokens: Sequence[int] | Sequence[Sequence[int]] | None = ...,
+        mask: npt.ArrayLike | None = ...,
+        n: int = ...,
+        seed: int | None = ...,
+        top_logprobs: int = ...,
+        returns: None = ...,
+        request_id: str | None = ...,
+        timeout: float | None = ...,
+    ) -> DefaultSampleResult: ...
+
+    @overload
+    async def sample(
+        self,
+        logits: npt.ArrayLike,
+        *,
+        temperature: float = ...,
+        top_k: int = ...,
+        top_p: float = ...,
+        min_p: float = ...,
+        repetition_penalty: float = ...,
+        presence_penalty: float = ...,
+        frequency_penalty: float = ...,
+        previous_tokens: Sequence[int] | Sequence[Sequence[int]] | None = ...,
+        mask: npt.ArrayLike | None = ...,
+        n: int = ...,
+        seed: int | None = ...,
+        top_logprobs: int = ...,
+        returns: Sequence[SampleReturn],
+        request_id: str | None = ...,
+        timeout: float | None = ...,
+    ) -> SampleResult: ...
+
     async def sample(
         self,
         logits: npt.ArrayLike,
@@ -298,11 +571,40 @@ class AsyncAttentionClient:
         n: int = 1,
         seed: int | None = None,
         top_logprobs: int = 0,
-        returns: Sequence[SampleReturn] = ("tokens", "logprobs", "diagnostics"),
+        returns: Sequence[SampleReturn] | None = None,
         request_id: str | None = None,
         timeout: float | None = None,
     ) -> SampleResult:
-        """``POST /v1/sample``: filter the logits (penalties, temperature, top-k, top-p, min-p) and draw tokens."""
+        """``POST /v1/sample``: filter the logits (penalties, temperature, top-k, top-p, min-p) and draw tokens.
+
+        Args:
+            logits: ``(V,)`` or ``(N, V)``; finite.
+            temperature: Divides the logits; 0 is greedy (the most probable token).
+            top_k: Keep the ``top_k`` most probable tokens (0: all).
+            top_p: Keep the smallest set of tokens whose probability reaches ``top_p`` (1: all).
+            min_p: Drop tokens less probable than ``min_p`` times the most probable one (0: none).
+            repetition_penalty: Divides positive (multiplies negative) logits of tokens already generated.
+            presence_penalty: Subtracted once from the logit of each token that occurred.
+            frequency_penalty: Subtracted times the token's count.
+            previous_tokens: Token ids generated so far: one list for every row, or one list per row.
+            mask: ``(V,)`` or ``(N, V)`` booleans (True = may be drawn) or an additive float mask.
+            n: Draws per row.
+            seed: Seed of the draws; default one the service picks (and returns as ``seed``).
+            top_logprobs: How many of the most probable tokens to list per row (0: none).
+            returns: What to send back, of ``"tokens"``, ``"logprobs"``, ``"raw_logprobs"``, ``"top_logprobs"``,
+                ``"probabilities"``, ``"diagnostics"``. Default (None): tokens, logprobs and diagnostics, as a
+                :class:`~attention_client.DefaultSampleResult` whose fields for them are never None.
+            request_id: Sent as ``X-Request-ID``.
+            timeout: Seconds for each attempt of this call; default the client's.
+
+        Returns:
+            ``tokens`` (``(n,)`` or ``(N, n)``) and what else was asked for (others None), and the ``seed`` used.
+
+        Raises:
+            ValidationError: Bad input (before sending) or a 400/422 answer.
+            ServiceError: Any other failure.
+
+        """
         body = _requests.sample_body(
             logits,
             temperature=temperature,
@@ -319,7 +621,8 @@ class AsyncAttentionClient:
             top_logprobs=top_logprobs,
             returns=returns,
         )
-        return await self._post(_requests.SAMPLE_PATH, body, SampleResult.parse, request_id, timeout)
+        parse = SampleResult.parse if returns is not None else DefaultSampleResult.parse
+        return await self._post(_requests.SAMPLE_PATH, body, parse, request_id, timeout)
 
     async def calibrate(
         self,
@@ -331,19 +634,42 @@ class AsyncAttentionClient:
         request_id: str | None = None,
         timeout: float | None = None,
     ) -> CalibrateResult:
-        """``POST /v1/calibrate``: fit a temperature to ``(N, C)`` logits and their ``labels``."""
+        """``POST /v1/calibrate``: fit a temperature to classifier logits and their labels.
+
+        Args:
+            logits: ``(N, C)``: one row of class logits per example; finite.
+            labels: ``N`` class indices in ``[0, C)``.
+            method: ``"temperature"`` (temperature scaling, the one method).
+            bins: Equal-width confidence bins of the reliability diagram and the ECE.
+            request_id: Sent as ``X-Request-ID``.
+            timeout: Seconds for each attempt of this call; default the client's.
+
+        Returns:
+            The fitted ``temperature`` (divide the logits by it), NLL and ECE before and after, the accuracy
+            and the reliability bins.
+
+        Raises:
+            ValidationError: Bad input (before sending) or a 400/422 answer.
+            ServiceError: Any other failure.
+
+        """
         body = _requests.calibrate_body(logits, labels, method=method, bins=bins)
         return await self._post(_requests.CALIBRATE_PATH, body, CalibrateResult.parse, request_id, timeout)
 
     # ------------------------------------------------------------------ operations
 
     async def ready(self) -> bool:
-        """True when ``GET /readyz`` answers 200 (no retries; a connection failure raises ``TransportError``)."""
-        response = await self._send("GET", "/readyz", None, call_headers(self._headers, None), None, retrying=False)
+        """True when ``GET /readyz`` answers 200; False for any other answer, and when no answer comes
+        (connection refused, timed out): a probe, never retried and never raising.
+        """
+        try:
+            response = await self._send("GET", "/readyz", None, call_headers(self._headers, None), None, retrying=False)
+        except TransportError:
+            return False
         return bool(response.status_code == 200)
 
     async def health(self) -> dict[str, Any]:
-        """``GET /healthz``."""
+        """``GET /healthz``: the process answers (liveness)."""
         return check_get(await self._get("/healthz"))
 
     async def engines(self) -> dict[str, Any]:

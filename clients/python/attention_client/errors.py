@@ -9,7 +9,8 @@ no JSON decoding error leaks out of the client.
 ==========================  =============================================
 class                       when
 ==========================  =============================================
-:class:`ValidationError`    400 / 422: the request is invalid (``errors`` names the fields)
+:class:`ValidationError`    400 / 422: the request is invalid (``errors`` names the fields); also
+                            raised before sending for input the client can tell is bad (``status`` None)
 :class:`AuthenticationError`  401: missing or wrong API key
 :class:`PayloadTooLargeError` 413: body or estimated work over the server's limits
 :class:`OverloadedError`    429 / 503: overloaded or not ready, after the retries ran out
@@ -33,6 +34,7 @@ __all__ = [
     "TransportError",
     "ValidationError",
     "error_for_status",
+    "invalid_input",
 ]
 
 _BODY_EXCERPT = 500
@@ -65,8 +67,13 @@ class ServiceError(Exception):
         super().__init__(f"{head}: {self.detail}{where}" if self.detail else f"{head}{where}")
 
 
-class ValidationError(ServiceError):
-    """400 or 422: the service refused the input; ``errors`` lists ``{"loc": [...], "msg": ...}``."""
+class ValidationError(ServiceError, ValueError):
+    """400 or 422: the service refused the input; ``errors`` lists ``{"loc": [...], "msg": ...}``.
+
+    Input the client can judge on its own (a ragged nested list, text where numbers belong, an
+    option that is not a number) is refused before any request, with ``status`` None. It is a
+    ``ValueError`` too, as numpy's error for such input was.
+    """
 
 
 class AuthenticationError(ServiceError):
@@ -91,6 +98,19 @@ class TransportError(ServiceError):
     def __init__(self, message: str, *, timed_out: bool = False) -> None:
         super().__init__(None, {"title": "transport error", "detail": message})
         self.timed_out = timed_out
+
+
+def invalid_input(field: str, message: str) -> ValidationError:
+    """The error for bad input caught before sending (no status, no request id); ``field`` names the argument."""
+    return ValidationError(
+        None,
+        {
+            "type": "about:blank",
+            "title": "invalid input",
+            "detail": f"{field}: {message}",
+            "errors": [{"loc": [field], "msg": message, "type": "client_validation"}],
+        },
+    )
 
 
 _BY_STATUS: dict[int, type[ServiceError]] = {

@@ -1,29 +1,148 @@
-"""Typed results, one per endpoint; tensors are numpy arrays, ``raw`` keeps the whole JSON answer."""
+"""Typed results, one per endpoint; tensors are numpy arrays, ``raw`` keeps the whole JSON answer.
+
+A call with the default ``returns`` gets the ``Default...Result`` subclass, whose fields for those
+outputs are not Optional (``client.attention(q, k, v).output`` is an array to a type checker); a
+call that names its ``returns`` gets the base class, where what was not asked for is None.
+Diagnostics are ``TypedDict``s (plain dicts at run time, as the service sends them).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, Self, TypeAlias, TypedDict, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from attention_client._wire import decode_tensor
+from attention_client.errors import ServiceError
 
 __all__ = [
     "AnalyzeResult",
+    "AttentionDiagnostics",
     "AttentionResult",
     "BackwardResult",
     "CalibrateResult",
+    "DefaultAttentionResult",
+    "DefaultBackwardResult",
+    "DefaultSampleResult",
     "EngineInfo",
+    "GradientHealth",
+    "HeadDiagnostics",
+    "HeadGradientHealth",
     "ReliabilityBin",
+    "RowValues",
+    "SampleDiagnostics",
     "SampleResult",
+    "ScoreStats",
+    "SoftmaxDiagnostics",
     "SoftmaxResult",
     "SweepRow",
     "TokenLogprob",
 ]
 
 Array = npt.NDArray[Any]
+
+RowValues: TypeAlias = "float | list[RowValues]"
+"""One number per row, as JSON: nested lists with the input's shape without its last axis (a bare number
+when the input was one row). ``np.asarray(values)`` makes an array of it."""
+
+
+class HeadDiagnostics(TypedDict):
+    """Per (batch, query head) of ``/v1/attention``'s ``diagnostics``."""
+
+    batch: int
+    head: int
+    mean_entropy: float
+    mean_normalized_entropy: float
+    mean_distance: float
+    collapsed: bool
+    uniform: bool
+    live_rows: int
+    informative_rows: int
+    collapsed_fraction: float
+
+
+class ScoreStats(TypedDict):
+    """Statistics of the scores over unmasked positions."""
+
+    min: float
+    max: float
+    mean: float
+    std: float
+    count: int
+
+
+class AttentionDiagnostics(TypedDict):
+    """``/v1/attention``'s ``diagnostics``: per-row values (the query's shape without its last axis),
+    per-head summaries, and counts over the whole request.
+    """
+
+    entropy: RowValues
+    normalized_entropy: RowValues
+    max_weight: RowValues
+    argmax: RowValues
+    effective_support: RowValues
+    zeros: RowValues
+    attention_distance: RowValues
+    heads: list[HeadDiagnostics]
+    fully_masked_rows: int
+    row_sum_max_error: float
+    non_finite: int
+    saturated_rows: int
+    score_stats: ScoreStats | None
+
+
+class SoftmaxDiagnostics(TypedDict):
+    """``/v1/softmax``'s ``diagnostics``: per row (a number for a single row), and counts."""
+
+    entropy: RowValues
+    max: RowValues
+    argmax: RowValues
+    fully_masked_rows: NotRequired[int]
+    non_finite: NotRequired[int]
+    row_sum_max_error: NotRequired[float]
+
+
+class SampleDiagnostics(TypedDict):
+    """``/v1/sample``'s ``diagnostics``: per row of logits (a number for a single row)."""
+
+    entropy_raw: RowValues
+    """Entropy (nats) of softmax(logits) as given."""
+    entropy: RowValues
+    """Entropy (nats) of the final distribution."""
+    kept: RowValues
+    """Tokens with nonzero final probability."""
+    removed_mass: RowValues
+    """Probability mass the filters removed."""
+
+
+class HeadGradientHealth(TypedDict):
+    """Per (batch, query head), over its rows with at least two valid keys."""
+
+    batch: int
+    head: int
+    mean_jacobian_norm: float
+    vanishing_fraction: float
+    rows: int
+
+
+class GradientHealth(TypedDict):
+    """How much gradient the normalizer lets through, per head (``gradient_health``)."""
+
+    threshold: float
+    heads: list[HeadGradientHealth]
+
+
+def _missing(result: object, names: tuple[str, ...]) -> None:
+    """Raise when an answer to a default-``returns`` call lacks one of its outputs (a server out of step)."""
+    absent = [n for n in names if getattr(result, n) is None]
+    if absent:
+        raise ServiceError(
+            200,
+            {"title": "unexpected answer", "detail": f"the answer lacks {', '.join(absent)}"},
+            request_id=getattr(result, "request_id", None),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +182,14 @@ class AttentionResult:
     output: Array | None
     weights: Array | None
     scores: Array | None
-    diagnostics: dict[str, Any] | None
+    diagnostics: AttentionDiagnostics | None
     engine: EngineInfo | None
     timing_ms: dict[str, float]
     request_id: str | None
     raw: dict[str, Any] = field(repr=False)
 
     @classmethod
-    def parse(cls, body: dict[str, Any], request_id: str | None) -> AttentionResult:
+    def parse(cls, body: dict[str, Any], request_id: str | None) -> Self:
         return cls(
             output=_tensor(body, "output"),
             weights=_tensor(body, "weights"),
@@ -84,6 +203,21 @@ class AttentionResult:
 
 
 @dataclass(frozen=True, slots=True)
+class DefaultAttentionResult(AttentionResult):
+    """``POST /v1/attention`` with the default ``returns``: ``output``, ``weights`` and ``diagnostics``
+    are always there (``scores`` is None), and so is ``engine``.
+    """
+
+    output: Array
+    weights: Array
+    diagnostics: AttentionDiagnostics
+    engine: EngineInfo
+
+    def __post_init__(self) -> None:
+        _missing(self, ("output", "weights", "diagnostics", "engine"))
+
+
+@dataclass(frozen=True, slots=True)
 class SoftmaxResult:
     """``POST /v1/softmax``: ``probabilities``, ``log_probabilities`` (with ``log=True``) and per-row
     ``diagnostics`` (``entropy``, ``max``, ``argmax``).
@@ -91,7 +225,7 @@ class SoftmaxResult:
 
     probabilities: Array
     log_probabilities: Array | None
-    diagnostics: dict[str, Any]
+    diagnostics: SoftmaxDiagnostics
     timing_ms: dict[str, float]
     request_id: str | None
     raw: dict[str, Any] = field(repr=False)
@@ -103,7 +237,7 @@ class SoftmaxResult:
         return cls(
             probabilities=probabilities,
             log_probabilities=_tensor(body, "log_probabilities"),
-            diagnostics=dict(body.get("diagnostics") or {}),
+            diagnostics=cast(SoftmaxDiagnostics, body.get("diagnostics") or {"entropy": [], "max": [], "argmax": []}),
             timing_ms=_timing(body),
             request_id=request_id,
             raw=body,
@@ -122,14 +256,14 @@ class BackwardResult:
     grad_temperature: float | None
     output: Array | None
     weights: Array | None
-    gradient_health: Any
+    gradient_health: GradientHealth | None
     engine: EngineInfo | None
     timing_ms: dict[str, float]
     request_id: str | None
     raw: dict[str, Any] = field(repr=False)
 
     @classmethod
-    def parse(cls, body: dict[str, Any], request_id: str | None) -> BackwardResult:
+    def parse(cls, body: dict[str, Any], request_id: str | None) -> Self:
         return cls(
             grad_query=_tensor(body, "grad_query"),
             grad_key=_tensor(body, "grad_key"),
@@ -148,6 +282,21 @@ class BackwardResult:
 
 
 @dataclass(frozen=True, slots=True)
+class DefaultBackwardResult(BackwardResult):
+    """``POST /v1/attention/backward`` with the default ``returns``: ``grad_query``, ``grad_key`` and
+    ``grad_value`` are always there, and so is ``engine``.
+    """
+
+    grad_query: Array
+    grad_key: Array
+    grad_value: Array
+    engine: EngineInfo
+
+    def __post_init__(self) -> None:
+        _missing(self, ("grad_query", "grad_key", "grad_value", "engine"))
+
+
+@dataclass(frozen=True, slots=True)
 class SweepRow:
     """One (scale, temperature[, head_dim]) point of ``/v1/attention/analyze``."""
 
@@ -155,7 +304,7 @@ class SweepRow:
     temperature: float
     head_dim: int | None
     score_std: float | None
-    score_range: Any
+    score_range: float | None
     mean_entropy: float | None
     mean_normalized_entropy: float | None
     saturated_fraction: float | None
@@ -171,7 +320,7 @@ class SweepRow:
             temperature=float(row["temperature"]),
             head_dim=None if head_dim is None else int(head_dim),
             score_std=_float(row, "score_std"),
-            score_range=row.get("score_range"),
+            score_range=_float(row, "score_range"),
             mean_entropy=_float(row, "mean_entropy"),
             mean_normalized_entropy=_float(row, "mean_normalized_entropy"),
             saturated_fraction=_float(row, "saturated_fraction"),
@@ -211,16 +360,17 @@ class SampleResult:
     tokens: Array | None
     logprobs: Array | None
     raw_logprobs: Array | None
-    top_logprobs: Any
+    top_logprobs: list[TokenLogprob] | list[list[TokenLogprob]] | None
+    """Per row (a list per row for ``(N, V)`` logits): the most probable tokens of the final distribution."""
     probabilities: Array | None
-    diagnostics: Any
+    diagnostics: SampleDiagnostics | None
     seed: int | None
     timing_ms: dict[str, float]
     request_id: str | None
     raw: dict[str, Any] = field(repr=False)
 
     @classmethod
-    def parse(cls, body: dict[str, Any], request_id: str | None) -> SampleResult:
+    def parse(cls, body: dict[str, Any], request_id: str | None) -> Self:
         seed = body.get("seed")
         return cls(
             tokens=_tensor(body, "tokens", np.int64),
@@ -234,6 +384,20 @@ class SampleResult:
             request_id=request_id,
             raw=body,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultSampleResult(SampleResult):
+    """``POST /v1/sample`` with the default ``returns``: ``tokens``, ``logprobs`` and ``diagnostics`` are
+    always there.
+    """
+
+    tokens: Array
+    logprobs: Array
+    diagnostics: SampleDiagnostics
+
+    def __post_init__(self) -> None:
+        _missing(self, ("tokens", "logprobs", "diagnostics"))
 
 
 def _top_logprobs(value: Any) -> Any:

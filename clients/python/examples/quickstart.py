@@ -17,8 +17,7 @@ def main(url: str) -> None:
     k = rng.standard_normal((1, 2, 6, 16), dtype=np.float32)  # grouped-query: 2 key/value heads
     v = rng.standard_normal((1, 2, 6, 16), dtype=np.float32)
     with AttentionClient(url) as client:
-        r = client.attention(q, k, v, causal=True, normalizer="entmax15")
-        assert r.output is not None and r.weights is not None and r.diagnostics is not None and r.engine is not None
+        r = client.attention(q, k, v, causal=True, normalizer="entmax15")  # output, weights, diagnostics
         print(f"output {r.output.shape} {r.output.dtype}, weights {r.weights.shape}, engine {r.engine.name}")
         print("upper triangle of head 0 is zero:", bool(np.all(np.triu(r.weights[0, 0], 1) == 0)))
         print("mean entropy per head:", [round(h["mean_entropy"], 4) for h in r.diagnostics["heads"]])
