@@ -25,7 +25,7 @@ from functools import lru_cache
 
 from service.core.attention import Dims
 from service.core.attention.chunks import CHUNK_ELEMENTS
-from service.core.normalizers import ROW_CHUNK_ELEMENTS
+from service.core.normalizers import NEAR_ONE, ROW_CHUNK_ELEMENTS
 
 REFERENCE_GEMM_FLOPS_PER_S = 50e9
 """float32 GEMM rate of one core of the reference machine (1024^3, one BLAS thread)."""
@@ -44,6 +44,9 @@ NUMPY_NS_PER_SCORE: dict[tuple[str, str], float] = {
 NUMPY_BISECT_STEPS = 64
 """Halvings until tau stops moving in float64 (53 to 62 measured on varied inputs; the loop's cap is 200)."""
 NUMPY_NS_PER_BISECT_STEP = 15.0
+NUMPY_NS_PER_NEAR_ONE_STEP = 30.0
+"""The same step below ``alpha - 1 = NEAR_ONE``, where the power is ``exp(log1p(.) / (alpha - 1))``: about twice the
+cost of the fractional power (measured with the kernel's operations alone)."""
 """One bisection step over one candidate: subtract, clamp, fractional power (slow on subnormals), sum."""
 
 # ONNX graphs, ns per score (whole request, intra-op threads as configured) and peak bytes per score.
@@ -91,6 +94,9 @@ ONNX_BYTES_PER_SCORE: dict[str, float] = {
     "softmax_backward_f64": 80.0,
 }
 ONNX_DEFAULT_NS_PER_SCORE = 1400.0
+ONNX_NEAR_ONE_FACTOR = 1.6
+"""The entmax graphs' near-one branch (``alpha - 1 < NEAR_ONE``: Kahan's log1p, then exp) against their power branch:
+1.4-1.5 times measured on a (1, 4, 32, 512) float32 request, rounded up."""
 ONNX_DEFAULT_BYTES_PER_SCORE = 80.0
 """For a graph the tables do not name (a newly exported one): the largest of the measured graphs."""
 
@@ -136,6 +142,11 @@ def gemm_seconds(dims: Dims, dtype: str) -> float:
     return flops / (REFERENCE_GEMM_FLOPS_PER_S if dtype == "float32" else REFERENCE_GEMM_FLOPS_PER_S / 2)
 
 
+def near_one(alpha: float | None) -> bool:
+    """Whether alpha-entmax runs its near-one form (``alpha - 1 < NEAR_ONE``: log1p and exp instead of a power)."""
+    return alpha is not None and float(alpha) - 1.0 < NEAR_ONE
+
+
 def normalizer_ns_per_score(normalizer: str, alpha: float | None, dtype: str) -> float:
     """The numpy normalizers' worst-case cost of one score, in ns on one core.
 
@@ -145,7 +156,8 @@ def normalizer_ns_per_score(normalizer: str, alpha: float | None, dtype: str) ->
     if normalizer == "entmax":
         exact = {1.5: "entmax15", 2.0: "sparsemax"}.get(float(alpha) if alpha is not None else 0.0)
         if exact is None:
-            return NUMPY_NS_PER_SCORE[("sparsemax", dtype)] + NUMPY_BISECT_STEPS * NUMPY_NS_PER_BISECT_STEP
+            step = NUMPY_NS_PER_NEAR_ONE_STEP if near_one(alpha) else NUMPY_NS_PER_BISECT_STEP
+            return NUMPY_NS_PER_SCORE[("sparsemax", dtype)] + NUMPY_BISECT_STEPS * step
         normalizer = exact
     return NUMPY_NS_PER_SCORE.get((normalizer, dtype), NUMPY_NS_PER_SCORE[("entmax15", "float64")])
 
@@ -194,10 +206,17 @@ def onnx_cost(
     dtype: str,
     need_weights: bool,
     need_scores: bool,
+    alpha: float | None = None,
 ) -> Cost:
-    """One ONNX graph: its measured time and peak per score, results included (copied out of the run)."""
+    """One ONNX graph: its measured time and peak per score, results included (copied out of the run).
+
+    ``alpha`` (entmax graphs): below ``alpha - 1 = NEAR_ONE`` the graph's near-one branch runs, which costs
+    :data:`ONNX_NEAR_ONE_FACTOR` times its other branch.
+    """
     n = scores(dims)
     ns = ONNX_NS_PER_SCORE.get(graph, ONNX_DEFAULT_NS_PER_SCORE)
+    if graph.startswith("entmax_f") and near_one(alpha):
+        ns *= ONNX_NEAR_ONE_FACTOR
     per_score = ONNX_BYTES_PER_SCORE.get(graph, ONNX_DEFAULT_BYTES_PER_SCORE)
     seconds = gemm_seconds(dims, dtype) + n * ns * 1e-9
     peak = int(n * per_score) + result_bytes(dims, dtype, need_weights, need_scores)
@@ -220,7 +239,7 @@ def estimate(
     if engine == "onnx":
         if graph is None:
             raise ValueError("the ONNX estimate needs the graph that runs the request")
-        return onnx_cost(graph, dims, dtype=dtype, need_weights=need_weights, need_scores=need_scores)
+        return onnx_cost(graph, dims, dtype=dtype, need_weights=need_weights, need_scores=need_scores, alpha=alpha)
     return numpy_cost(
         dims,
         normalizer=normalizer,

@@ -117,3 +117,16 @@ def test_measured_peak_memory_stays_under_the_model(
 def test_bench_costs_script_is_importable() -> None:
     out = subprocess.run([sys.executable, str(CHILD), "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0 and "--scores" in out.stdout
+
+
+def test_near_one_entmax_costs_more_on_both_engines() -> None:
+    """Below alpha - 1 = NEAR_ONE both engines take the log1p form, which the budgets must price."""
+    dims = Dims(B=1, Hq=4, Hkv=4, L=32, S=512, E=64, Ev=64)
+    assert cost.normalizer_ns_per_score("entmax", 1 + 1e-9, "float32") > cost.normalizer_ns_per_score(
+        "entmax", 1.3, "float32"
+    )
+    kw = {"dtype": "float32", "need_weights": True, "need_scores": False}
+    near = cost.onnx_cost("entmax_f32", dims, alpha=1 + 1e-9, **kw)
+    far = cost.onnx_cost("entmax_f32", dims, alpha=1.3, **kw)
+    assert near.seconds > far.seconds and near.peak_bytes == far.peak_bytes
+    assert cost.onnx_cost("softmax_f32", dims, alpha=1 + 1e-9, **kw) == cost.onnx_cost("softmax_f32", dims, **kw)

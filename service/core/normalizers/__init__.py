@@ -39,7 +39,7 @@ References:
 
 from __future__ import annotations
 
-from service.core.normalizers.bisection import entmax_bisect
+from service.core.normalizers.bisection import NEAR_ONE, entmax_bisect
 from service.core.normalizers.dispatch import NORMALIZER_NAMES, normalize, normalize_backward
 from service.core.normalizers.gradients import entmax_backward, relu_backward, softmax_backward, sparsemax_backward
 from service.core.normalizers.relu import relu_normalize, relu_row_sums
@@ -48,6 +48,7 @@ from service.core.normalizers.softmax import log_softmax, softmax
 from service.core.normalizers.sparse import entmax15, sparsemax
 
 __all__ = [
+    "NEAR_ONE",
     "NORMALIZER_NAMES",
     "ROW_CHUNK_ELEMENTS",
     "entmax15",

@@ -242,6 +242,7 @@ class OnnxEngine:
             dtype=np.dtype(task.dtype).name,
             need_weights=task.need_weights,
             need_scores=task.need_scores,
+            alpha=task.params.alpha,
         )
 
     def unsupported_reason(self, task: AttentionTask) -> str | None:
@@ -277,7 +278,12 @@ class OnnxEngine:
         fetched = dict(zip(wanted, self._sessions[name].run(wanted, feeds), strict=True))
         # The graph and dims are known here: no second graph lookup and shape check through self.cost.
         peak = onnx_cost(
-            name, dims, dtype=dtype.name, need_weights=task.need_weights, need_scores=task.need_scores
+            name,
+            dims,
+            dtype=dtype.name,
+            need_weights=task.need_weights,
+            need_scores=task.need_scores,
+            alpha=task.params.alpha,
         ).peak_bytes
         if peak > TRIM_AFTER_BYTES:
             release_free_heap()

@@ -74,5 +74,5 @@ def graph_feeds(
         else:
             feeds["bias"] = np.zeros((1, 1, 1, 1), dtype=dtype)
     if "alpha" in graph_inputs:
-        feeds["alpha"] = np.array(params.alpha, dtype=dtype)
+        feeds["alpha"] = np.array(params.alpha, dtype=types.get("alpha", dtype))  # float64: alpha - 1 may be tiny
     return feeds, dims, keep, valid_keys

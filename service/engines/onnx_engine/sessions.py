@@ -77,7 +77,7 @@ def warmup_feeds(entry: dict[str, Any]) -> dict[str, np.ndarray]:
         "bias": np.zeros((1, 1, 1, 1), dtype=dtype),
         "scale": np.array(1 / math.sqrt(E), dtype=types.get("scale", dtype)),
         "temperature": np.array(1.0, dtype=types.get("temperature", dtype)),
-        "alpha": np.array(1.7, dtype=dtype),
+        "alpha": np.array(1.7, dtype=types.get("alpha", dtype)),
         "grad_output": rng.standard_normal((B, Hq, L, Ev)).astype(dtype),
         "grad_weights": np.zeros((1, 1, 1, 1), dtype=dtype),
     }

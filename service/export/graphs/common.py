@@ -45,7 +45,12 @@ def declare_inputs(g: GraphBuilder, *, alpha: bool = False, masked: bool = True,
         temperature=g.input("temperature", factors, [], "divides the biased scores; > 0"),
     )
     if alpha:
-        g.input("alpha", None, [], "entmax alpha > 1")
+        g.input(
+            "alpha",
+            TensorProto.DOUBLE,
+            [],
+            "entmax alpha > 1; float64 in every graph (alpha - 1 may be below float32's resolution)",
+        )
     return ins
 
 

@@ -8,9 +8,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from service.core.normalizers import NEAR_ONE
 from service.export.builder import GraphBuilder
 from service.export.graphs.common import dim_slice
-from service.export.graphs.spec import BISECT_ITERATIONS, ROW_STAT_SHAPE
+from service.export.graphs.spec import BISECT_ITERATIONS, ROW_SHAPE, ROW_STAT_SHAPE
 
 
 def shifted(g: GraphBuilder, z: str) -> str:
@@ -92,39 +93,97 @@ def normalize_entmax_bisect(g: GraphBuilder, z: str, alpha: str = "alpha") -> st
 
     ``x = (alpha-1)(z - max)``; tau in ``[-1, -(1/n)^(alpha-1)]`` with n the number of
     candidates ``x > -1``; a fixed number of halvings (a ``Loop``), then
-    ``p = max(x - tau_lo, 0)^(1/(alpha-1))`` renormalised to sum 1.
+    ``p = max(x - tau_lo, 0)^(1/(alpha-1))`` renormalised to sum 1. Below ``alpha - 1 =``
+    :data:`~service.core.normalizers.NEAR_ONE` an ``If`` takes the near-one branch instead
+    (:func:`_entmax_near_one_branch`), as the numpy reference does.
     """
     am1 = g.op("Sub", alpha, g.const(1.0), out="alpha_minus_1")
     inv = g.op("Reciprocal", am1, out="inv_alpha_minus_1")
     x = g.op("Mul", shifted(g, z), am1, out="entmax_x")
     axes = g.const([-1], np.int64)
     n_cand = g.op("ReduceSum", g.op("Cast", g.op("Greater", x, g.const(-1.0)), to=g.onnx_dtype), axes, keepdims=1)
-    n1 = g.op("Max", n_cand, g.const(1.0))
-    tau_lo0 = g.op("Expand", g.const(-1.0), g.op("Shape", n1), out="tau_lo_init")
-    tau_hi = g.op("Neg", g.op("Pow", n1, g.op("Neg", am1)))
-    dm0 = g.op("Sub", tau_hi, tau_lo0, out="dm_init")
+    n1 = g.op("Max", n_cand, g.const(1.0), out="entmax_n")
+    near_one = g.op("Less", am1, g.const(NEAR_ONE), out="alpha_near_one")
+    p = g.op(
+        "If",
+        near_one,
+        out="entmax_p",
+        then_branch=_entmax_near_one_branch(g, x, n1, am1, inv),
+        else_branch=_entmax_power_branch(g, x, n1, am1, inv),
+    )
+    return _safe_normalize(g, p)
 
-    # Loop body: (iter, cond, tau_lo, dm) -> (cond, tau_lo', dm'); x and inv come from the outer scope.
-    b = GraphBuilder(f"{g.name}_bisect", g.dtype, prefix="bisect_")
+
+def _bisection_loop(
+    g: GraphBuilder, prefix: str, init: tuple[str, str], mass: Callable[[GraphBuilder, str], str]
+) -> onnx.GraphProto:
+    """The ``Loop`` body ``(iter, cond, lo, dm) -> (cond, lo', dm')``: ``dm' = dm / 2``, ``lo' = lo + dm'`` where
+    the unnormalised mass ``mass(b, lo + dm')`` is still >= 1. Outer values come from the enclosing scopes.
+    """
+    b = GraphBuilder(f"{g.name}_{prefix}bisect", g.dtype, prefix=f"{prefix}bisect_")
     b.input("iter", TensorProto.INT64, [])
     b.input("cond_in", TensorProto.BOOL, [])
-    b.input("tau_lo_in", None, ROW_STAT_SHAPE)
+    b.input(f"{init[0]}_in", None, ROW_STAT_SHAPE)
     b.input("dm_in", None, ROW_STAT_SHAPE)
     dm = b.op("Mul", "dm_in", b.const(0.5), out="dm_out")
-    tau_m = b.op("Add", "tau_lo_in", dm)
-    pm = b.op("Pow", b.op("Relu", b.op("Sub", x, tau_m)), inv)
-    f = b.op("ReduceSum", pm, b.const([-1], np.int64), keepdims=1)
-    b.op("Where", b.op("GreaterOrEqual", f, b.const(1.0)), tau_m, "tau_lo_in", out="tau_lo_out")
+    mid = b.op("Add", f"{init[0]}_in", dm)
+    f = b.op("ReduceSum", mass(b, mid), b.const([-1], np.int64), keepdims=1)
+    b.op("Where", b.op("GreaterOrEqual", f, b.const(1.0)), mid, f"{init[0]}_in", out=f"{init[0]}_out")
     b.op("Identity", "cond_in", out="cond_out")
     b.output("cond_out", [], elem_type=TensorProto.BOOL)
-    b.output("tau_lo_out", ROW_STAT_SHAPE)
+    b.output(f"{init[0]}_out", ROW_STAT_SHAPE)
     b.output("dm_out", ROW_STAT_SHAPE)
-    body = onnx.helper.make_graph(b.nodes, b.name, b.inputs, b.outputs, initializer=b.initializers)
+    return onnx.helper.make_graph(b.nodes, b.name, b.inputs, b.outputs, initializer=b.initializers)
 
-    trips = g.const(BISECT_ITERATIONS, np.int64)
-    tau_lo, _ = g.op("Loop", trips, g.const(True, np.bool_), tau_lo0, dm0, out=["tau_lo", "dm_final"], body=body)
-    p = g.op("Pow", g.op("Relu", g.op("Sub", x, tau_lo)), inv)
-    return _safe_normalize(g, p)
+
+def _branch(g: GraphBuilder, prefix: str) -> GraphBuilder:
+    return GraphBuilder(f"{g.name}_{prefix}branch", g.dtype, prefix=prefix)
+
+
+def _finish_branch(b: GraphBuilder, p: str) -> onnx.GraphProto:
+    b.output(p, ROW_SHAPE)
+    return onnx.helper.make_graph(b.nodes, b.name, [], b.outputs, initializer=b.initializers)
+
+
+def _entmax_power_branch(g: GraphBuilder, x: str, n1: str, am1: str, inv: str) -> onnx.GraphProto:
+    """``p = max(x - tau, 0)^(1/(alpha-1))``, tau bisected on ``[-1, -(1/n)^(alpha-1)]`` (alpha - 1 >= NEAR_ONE)."""
+    e = _branch(g, "power_")
+    tau_lo0 = e.op("Expand", e.const(-1.0), e.op("Shape", n1), out="tau_lo_init")
+    tau_hi = e.op("Neg", e.op("Pow", n1, e.op("Neg", am1)))
+    dm0 = e.op("Sub", tau_hi, tau_lo0, out="dm_init")
+    body = _bisection_loop(g, "", ("tau_lo", "dm"), lambda b, tau: b.op("Pow", b.op("Relu", b.op("Sub", x, tau)), inv))
+    trips = e.const(BISECT_ITERATIONS, np.int64)
+    tau_lo, _ = e.op("Loop", trips, e.const(True, np.bool_), tau_lo0, dm0, out=["tau_lo", "dm_final"], body=body)
+    return _finish_branch(e, e.op("Pow", e.op("Relu", e.op("Sub", x, tau_lo)), inv, out="power_p"))
+
+
+def _log1p_power(b: GraphBuilder, v: str, inv: str) -> str:
+    """``max(1 + v, 0)^inv`` as ``exp(log1p(v) inv)``, with Kahan's ``log1p(v) = v log(u) / (u - 1)``, ``u = 1 + v``
+    (``v`` itself where ``u`` rounds to 1): ONNX has no Log1p, and ``log(1 + v)`` loses tiny v to rounding.
+    """
+    v = b.op("Max", v, b.const(-1.0))
+    u = b.op("Add", v, b.const(1.0))
+    d = b.op("Sub", u, b.const(1.0))
+    log1p = b.op("Where", b.op("Equal", d, b.const(0.0)), v, b.op("Mul", b.op("Log", u), b.op("Div", v, d)))
+    return b.op("Exp", b.op("Mul", log1p, inv))
+
+
+def _entmax_near_one_branch(g: GraphBuilder, x: str, n1: str, am1: str, inv: str) -> onnx.GraphProto:
+    """Alpha - 1 below NEAR_ONE: ``tau = (alpha-1) lam - 1`` and ``p = exp(log1p(x - (alpha-1) lam) / (alpha-1))``,
+    lam bisected on ``[0, ln n]`` (the numpy reference's near-one form; ``1 + x - tau`` would lose x to rounding).
+    """
+    t = _branch(g, "near1_")
+    lam_lo0 = t.op("Expand", t.const(0.0), t.op("Shape", n1), out="lam_lo_init")
+    dm0 = t.op("Log", n1, out="dm_init")
+
+    def mass(b: GraphBuilder, lam: str) -> str:
+        return _log1p_power(b, b.op("Sub", x, b.op("Mul", lam, am1)), inv)
+
+    body = _bisection_loop(g, "near1_", ("lam_lo", "dm"), mass)
+    trips = t.const(BISECT_ITERATIONS, np.int64)
+    lam_lo, _ = t.op("Loop", trips, t.const(True, np.bool_), lam_lo0, dm0, out=["lam_lo", "dm_final"], body=body)
+    p = _log1p_power(t, t.op("Sub", x, t.op("Mul", lam_lo, am1)), inv)
+    return _finish_branch(t, t.op("Identity", p, out="near1_p"))
 
 
 # Each maps the scores (-inf where masked) to the weights; rows without a key come out 0

@@ -46,8 +46,7 @@ def build_primitive(g: GraphBuilder, *, normalizer: str) -> None:
         # x - tau (for alpha = 3, 3e-8 becomes 2e-4): bisect in float64, as numpy does.
         z64 = g.op("Cast", "scores", to=TensorProto.DOUBLE)
         with g.computing_in("float64"):
-            alpha64 = g.op("Cast", "alpha", to=TensorProto.DOUBLE)
-            p64 = normalize_entmax_bisect(g, z64, alpha=alpha64)
+            p64 = normalize_entmax_bisect(g, z64)  # alpha is a float64 input
         g.op("Cast", p64, to=TensorProto.FLOAT, out="weights")
     else:
         g.op("Add", z_raw, mask_bias, out="scores")
