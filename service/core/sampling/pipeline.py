@@ -84,19 +84,36 @@ def process(
         raise InvalidInput(f"the mask removes every token of row {int(dead[0])}: there is nothing to sample", loc)
     if params.temperature == 0:
         return greedy(z), z
-    # Shifting by the row max first keeps z / T finite for any T > 0 (softmax is shift-invariant).
-    with np.errstate(over="ignore"):
-        y = z - zmax
-    if params.temperature != 1:
-        # A temperature below the dtype's smallest subnormal number would round to 0 (and 0 / 0 is NaN).
-        # A huge one would cast to inf: the largest finite one gives the same uniform answer.
-        info = np.finfo(dtype)
-        t = dtype.type(min(max(params.temperature, float(info.smallest_subnormal)), float(info.max)))
-        with np.errstate(under="ignore", over="ignore"):
-            y /= t
+    if params.temperature == 1:
+        with np.errstate(over="ignore"):  # z - max overflowing to -inf: weight 0, as exp of it
+            y = z - zmax
+    else:
+        y = scaled_shifted(z, params.temperature, dtype)
     unchanged = mask is None and not penalized and params.temperature == 1
     if raw is not None and unchanged:  # y is the logits minus their max: the raw log-sum-exp is y's
         lse_all: np.ndarray | None = raw.lse
     else:
         lse_all = logsumexp(y) if removed_mass else None
     return filter_logits(y, params, lse_all=lse_all), z
+
+
+def scaled_shifted(z: np.ndarray, temperature: float, dtype: np.dtype) -> np.ndarray:
+    """Step 4's values shifted to a row max of 0, ``(z - max z) / T``, formed in float64 and rounded once to ``dtype``.
+
+    /v1/softmax's rule (:func:`service.core.probabilities.normalize_logits` forms ``(logits + mask) / T`` in
+    float64 and rounds once): no temperature is capped or rounded to the dtype first, so logits that span more
+    than the dtype come back when T brings them back (float32 ``[-1e38, 3e38, 0]`` at ``T = 1e38`` is
+    softmax of ``[-1, 3, 0]``). With ``T >= 1`` the logits are divided first (``|z / T| <= |z|``: nothing
+    overflows, where ``z - max`` may); with ``T < 1`` the differences from the max are divided (``z / T`` may
+    overflow, the differences only towards ``-inf``). Either way a value that overflows to ``-inf`` is below
+    the max by more than the float range: its weight is 0 to any precision.
+    """
+    z64 = z.astype(np.float64)
+    with np.errstate(over="ignore", under="ignore"):
+        if temperature >= 1:
+            z64 /= temperature
+            z64 -= np.max(z64, axis=-1, keepdims=True)
+        else:
+            z64 -= np.max(z64, axis=-1, keepdims=True)
+            z64 /= temperature
+        return z64.astype(dtype)
