@@ -293,6 +293,7 @@ def sample_body(
     n: int | None,
     seed: int | None,
     top_logprobs: int | None,
+    precision: Precision | None,
     returns: Sequence[SampleReturn] | None,
 ) -> dict[str, Any]:
     return _put(
@@ -309,6 +310,7 @@ def sample_body(
         n=_opt_int(n, "n"),
         seed=_opt_int(seed, "seed"),
         top_logprobs=_opt_int(top_logprobs, "top_logprobs"),
+        precision=precision,
         encoding="base64",
         **{"return": None if returns is None else list(returns)},
     )

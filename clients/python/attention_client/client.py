@@ -240,9 +240,10 @@ class AttentionClient:
             alpha: For ``normalizer="entmax"``: ``alpha > 1`` (2 is sparsemax, 1.5 is entmax15).
             engine: ``"auto"`` (the service picks), ``"numpy"`` or ``"onnx"``.
             precision: ``"float32"`` or ``"float64"``: the compute and answer dtype.
-            returns: What to send back, of ``"output"``, ``"weights"``, ``"scores"``, ``"diagnostics"`` (the
-                API's ``return`` field). Default (None): output, weights and diagnostics, as a
-                :class:`~attention_client.DefaultAttentionResult` whose fields for them are never None.
+            returns: What to send back, of ``"output"``, ``"weights"``, ``"scores"``, ``"diagnostics"``,
+                ``"gradient_health"`` (the API's ``return`` field). Default (None): output, weights and
+                diagnostics, as a :class:`~attention_client.DefaultAttentionResult` whose fields for them are
+                never None.
             request_id: Sent as ``X-Request-ID`` (the answer's id is the result's ``request_id``).
             timeout: Seconds for each attempt of this call; default the client's.
 
@@ -527,6 +528,7 @@ class AttentionClient:
         n: int = ...,
         seed: int | None = ...,
         top_logprobs: int = ...,
+        precision: Precision = ...,
         returns: None = ...,
         request_id: str | None = ...,
         timeout: float | None = ...,
@@ -549,6 +551,7 @@ class AttentionClient:
         n: int = ...,
         seed: int | None = ...,
         top_logprobs: int = ...,
+        precision: Precision = ...,
         returns: Sequence[SampleReturn],
         request_id: str | None = ...,
         timeout: float | None = ...,
@@ -570,6 +573,7 @@ class AttentionClient:
         n: int = 1,
         seed: int | None = None,
         top_logprobs: int = 0,
+        precision: Precision = "float32",
         returns: Sequence[SampleReturn] | None = None,
         request_id: str | None = None,
         timeout: float | None = None,
@@ -590,6 +594,7 @@ class AttentionClient:
             n: Draws per row.
             seed: Seed of the draws; default one the service picks (and returns as ``seed``).
             top_logprobs: How many of the most probable tokens to list per row (0: none).
+            precision: ``"float32"`` or ``"float64"``: the compute dtype and that of the probabilities.
             returns: What to send back, of ``"tokens"``, ``"logprobs"``, ``"raw_logprobs"``, ``"top_logprobs"``,
                 ``"probabilities"``, ``"diagnostics"``. Default (None): tokens, logprobs and diagnostics, as a
                 :class:`~attention_client.DefaultSampleResult` whose fields for them are never None.
@@ -618,6 +623,7 @@ class AttentionClient:
             n=n,
             seed=seed,
             top_logprobs=top_logprobs,
+            precision=precision,
             returns=returns,
         )
         parse = SampleResult.parse if returns is not None else DefaultSampleResult.parse

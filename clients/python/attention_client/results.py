@@ -187,6 +187,8 @@ class AttentionResult:
     timing_ms: dict[str, float]
     request_id: str | None
     raw: dict[str, Any] = field(repr=False)
+    gradient_health: GradientHealth | None = None
+    """With ``"gradient_health"`` in ``returns``: how much gradient the normalizer lets through, per head."""
 
     @classmethod
     def parse(cls, body: dict[str, Any], request_id: str | None) -> Self:
@@ -199,6 +201,7 @@ class AttentionResult:
             timing_ms=_timing(body),
             request_id=request_id,
             raw=body,
+            gradient_health=body.get("gradient_health"),
         )
 
 

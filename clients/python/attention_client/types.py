@@ -21,7 +21,7 @@ EngineName = Literal["auto", "numpy", "onnx"]
 Precision = Literal["float32", "float64"]
 Causal = bool | Literal["top_left", "bottom_right"]
 """``True`` means ``"top_left"`` (PyTorch ``is_causal``); ``"bottom_right"`` aligns the last query with the last key."""
-AttentionReturn = Literal["output", "weights", "scores", "diagnostics"]
+AttentionReturn = Literal["output", "weights", "scores", "diagnostics", "gradient_health"]
 BackwardReturn = Literal[
     "grad_query",
     "grad_key",
