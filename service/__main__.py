@@ -1,14 +1,22 @@
-"""Command line: ``python -m service serve`` starts the server; ``export-models`` writes models/;
-``attention``, ``softmax`` and ``sample`` compute one answer (:mod:`service.cli`).
+"""Command line (``attention-service``, or ``python -m service``): ``serve`` starts the server;
+``export-models`` writes models/ (the ``export`` extra); ``openapi`` prints the schema; ``attention``,
+``softmax``, ``backward``, ``analyze``, ``sample`` and ``calibrate`` compute one answer, against a service
+through the client (the ``client`` extra) or in this process with ``--local`` (:mod:`service.cli`).
+
+Every command works in a plain install or exits 2 with one line that says what to install.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from service.cli.args import COMMANDS, build_parser, program_name
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -52,33 +60,53 @@ def _serve(settings: Settings) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m service", description="Attention inference service.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="start the HTTP server (defaults from ATTN_* settings)")
-    serve.add_argument("--host", help="bind address (ATTN_HOST, default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (ATTN_PORT, default 8000)")
-    serve.add_argument("--workers", type=int, help="worker processes (ATTN_WORKERS, default 1)")
-    export = sub.add_parser("export-models", help="build the ONNX graphs into models/ (deterministic)")
-    export.add_argument("--out", help="directory (default: a checkout's models/, else ./models)")
-    openapi = sub.add_parser("openapi", help="print the OpenAPI schema the app serves, as YAML (needs PyYAML)")
-    openapi.add_argument("--out", help="write to this file instead of stdout")
-    from service.cli.args import COMMANDS, add_subcommands
+def _openapi(args: argparse.Namespace, prog: str) -> int:
+    """The schema as YAML (with PyYAML) or JSON: by ``--format``, else ``--out``'s suffix, else what is installed."""
+    import json
 
-    add_subcommands(sub)
-    args = parser.parse_args(argv)
+    from service.openapi import openapi_schema, render_openapi_yaml
 
-    if args.command in COMMANDS:
+    fmt = args.format
+    if fmt == "auto" and args.out:
+        fmt = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}.get(os.path.splitext(args.out)[1].lower(), "auto")
+    if fmt in ("auto", "yaml"):
         try:
-            from service.cli.commands import run
-        except ImportError as exc:  # the client's httpx is the `client` extra
-            print(
-                f"python -m service {args.command} needs {exc.name}: pip install 'attention-service[client]'",
-                file=sys.stderr,
-            )
+            importlib.import_module("yaml")  # PyYAML: the `test` extra, or installed by hand
+            has_yaml = True
+        except ImportError:
+            has_yaml = False
+        if fmt == "yaml" and not has_yaml:
+            print(f"{prog} openapi: YAML needs PyYAML: pip install pyyaml (or --format json)", file=sys.stderr)
             return 2
-        return run(args)
+        fmt = "yaml" if has_yaml else "json"
+    text = render_openapi_yaml() if fmt == "yaml" else json.dumps(openapi_schema(), indent=2) + "\n"
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
 
+
+def _export(args: argparse.Namespace, prog: str) -> int:
+    try:
+        from service.export import main as export_main
+    except ImportError as exc:
+        if exc.name is None or exc.name.split(".")[0] == "service":
+            raise
+        print(
+            f"{prog} export-models needs {exc.name}: pip install 'attention-service[export]'",
+            file=sys.stderr,
+        )
+        return 2
+    return export_main(["--out", args.out] if args.out else [])
+
+
+def _dispatch(args: argparse.Namespace, prog: str) -> int:
+    if args.command in COMMANDS:
+        from service.cli.commands import run
+
+        return run(args, prog)
     if args.command == "serve":
         from pydantic import ValidationError
 
@@ -94,20 +122,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return _serve(settings)
     if args.command == "export-models":
-        from service.export import main as export_main
-
-        return export_main(["--out", args.out] if args.out else [])
+        return _export(args, prog)
     if args.command == "openapi":
-        from service.openapi import render_openapi_yaml
-
-        text = render_openapi_yaml()
-        if args.out:
-            with open(args.out, "w") as f:
-                f.write(text)
-        else:
-            sys.stdout.write(text)
-        return 0
+        return _openapi(args, prog)
     return 2
+
+
+def _quiet_on_closed_pipe() -> int:
+    """Standard output was closed by its reader (``... | head``): end without a traceback, as ``yes`` does
+    (128 + SIGPIPE). Python would otherwise complain again when it flushes stdout at exit.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
+    """The command line; the exit status. ``prog`` names the program in messages (default: as invoked)."""
+    prog = prog or program_name()
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    try:
+        status = _dispatch(args, prog)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+    except BrokenPipeError:
+        return _quiet_on_closed_pipe()
+    return status
 
 
 if __name__ == "__main__":

@@ -108,6 +108,10 @@ def test_attention_local_from_files(tmp_path: Path) -> None:
     table = cli("attention", *args, "--causal", "bottom_right", "--local")
     assert table.returncode == 0, table.stderr
     assert "weights, batch 0 head 1" in table.stdout and "mean entropy" in table.stdout and "·" in table.stdout
+    # the output itself, not only its shape: each head's rows with their values
+    assert "output (2, 4, 3) float64" in table.stdout and "output, head 1" in table.stdout
+    first = table.stdout.splitlines()[table.stdout.splitlines().index("output, head 0") + 2].split()
+    np.testing.assert_allclose([float(x) for x in first[1:]], want.output[0, 0], atol=1e-4)
 
 
 def test_softmax_rows_and_normalizers_local() -> None:
