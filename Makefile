@@ -8,7 +8,7 @@ LOCK   := requirements.lock
 # pip-compile (pip-tools) writes the locks: exact versions with every file's sha256.
 PIP_COMPILE := $(BIN)/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: serve check format test screenshots bench bench-engines bench-sample bench-http load-test export-models image smoke-podman lock lock-upgrade clean
+.PHONY: serve check format unasync test screenshots bench bench-engines bench-sample bench-http load-test export-models image smoke-podman lock lock-upgrade clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,11 @@ $(VENV)/.installed: pyproject.toml $(LOCK) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(LOCK) | $(BIN)/python
+# The client is its own distribution (clients/python, not on PyPI): installed from the checkout before the
+# server's `client` extra (part of `test`) asks for it, so that pip finds it installed.
+$(VENV)/.installed-test: pyproject.toml clients/python/pyproject.toml $(LOCK) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	$(BIN)/python -m pip install --quiet -e ./clients/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(VENV)/.installed $@
 
@@ -33,6 +36,11 @@ check: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python clients/python/scripts/unasync.py --check
+
+# Rewrite the sync client (clients/python/attention_client/client.py) from the async one after editing it.
+unasync:
+	$(PYTHON) clients/python/scripts/unasync.py
 
 # Apply ruff's safe fixes and the formatter (then `make check` shows what is left to fix by hand).
 format: $(VENV)/.installed-test

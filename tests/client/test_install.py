@@ -1,12 +1,12 @@
-"""Packaging: the client installs alone (httpx and numpy only) and the server's install carries it too."""
+"""Packaging: the client installs alone (httpx and numpy only); tests/packaging checks that it is the one owner
+of ``attention_client`` (the server's wheel does not carry it).
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import venv
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -59,12 +59,3 @@ def test_the_client_alone_in_a_fresh_venv(tmp_path: Path, keyed_server: LiveServ
     )
     assert done.returncode == 0, done.stderr
     assert "softmax: [0.2704, 0.0546, 0.01, 0.665]" in done.stdout
-
-
-def test_the_server_wheel_carries_the_client(tmp_path: Path) -> None:
-    _pip(Path(sys.executable), "wheel", "--quiet", "--no-deps", "--wheel-dir", str(tmp_path), str(ROOT))
-    (wheel,) = tmp_path.glob("attention_service-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"attention_client/__init__.py", "attention_client/py.typed", "service/client.py"} <= names
-    static = {f"service/playground/static/{n}" for n in ("index.html", "playground.js", "playground.css")}
-    assert static <= names, "the playground's files are package data"

@@ -20,14 +20,14 @@ from packaging.utils import canonicalize_name
 REPO = Path(__file__).resolve().parents[2]
 LOCK, GPU_LOCK = REPO / "requirements.lock", REPO / "requirements-gpu.lock"
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-# Modules only the extras use: service/export (onnx, the `export` extra), service/client.py (httpx,
-# `client`), service/openapi.py (PyYAML, for the `openapi` command, in `test`), tracing (`tracing`).
+# Modules only the extras use: service/export (onnx, the `export` extra), service/client.py and the command
+# line's remote calls (attention_client, the `client` extra, which brings httpx), service/openapi.py (PyYAML,
+# for the `openapi` command's YAML, in `test`; JSON without it), tracing (`tracing`).
 EXTRA_MODULES = {
     "service/export": {"onnx"},
-    "service/client.py": {"httpx", "attention_client"},  # the client package (clients/python) needs httpx
-    "service/cli/commands.py": {"httpx", "attention_client"},
-    "service/cli/inputs.py": {"attention_client"},
-    "service/cli/render.py": {"attention_client"},
+    "service/client.py": {"attention_client"},  # the client distribution (clients/python), which brings httpx
+    "service/cli/commands.py": {"attention_client"},  # --url only; --local needs no extra
+    "service/cli/remote.py": {"attention_client"},
     "service/openapi.py": {"yaml"},
     "service/http/tracing.py": {"opentelemetry"},  # the `tracing` extra, imported only when on
 }

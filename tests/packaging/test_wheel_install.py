@@ -1,7 +1,9 @@
-"""A plain install, as a user makes it: build the wheel, install it into a fresh virtual environment,
-start the server from an empty temporary directory, and wait for /readyz to say the ONNX engine is ready.
+"""A plain install, as a user makes it: build the wheels, install the server's into a fresh virtual environment,
+start the server from an empty temporary directory, and wait for /readyz to say the ONNX engine is ready; its
+command line works without the extras or says which to install. And one owner per package: the server's wheel
+does not carry the client's ``attention_client``, so uninstalling one distribution leaves the other whole.
 
-Slow (a wheel build and an install with dependencies from the package index or pip's cache): marked ``slow``.
+Slow (two wheel builds and an install with dependencies from the package index or pip's cache): marked ``slow``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,9 +28,11 @@ REPO = Path(__file__).resolve().parents[2]
 INSTALL_TIMEOUT_S = 600
 READY_TIMEOUT_S = 180
 
+pytestmark = pytest.mark.slow
 
-def run(command: list[str], cwd: Path, timeout: float) -> str:
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+def run(command: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     assert result.returncode == 0, (
         f"{command} exited {result.returncode}:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
     )
@@ -41,29 +47,92 @@ def get_json(url: str) -> tuple[int, dict]:
         return exc.code, json.loads(exc.read() or b"{}")
 
 
-@pytest.mark.slow
-def test_wheel_installed_in_a_fresh_venv_serves_onnx_from_anywhere(tmp_path: Path) -> None:
-    dist, venv, workdir = tmp_path / "dist", tmp_path / "venv", tmp_path / "elsewhere"
-    workdir.mkdir()
-    run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), str(REPO)],
-        REPO,
-        INSTALL_TIMEOUT_S,
-    )
-    (wheel,) = dist.glob("attention_service-*.whl")
-    run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path, 120)
-    python = venv / "bin" / "python"
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """The server's wheel and the client's, built from the checkout."""
+    dist = tmp_path_factory.mktemp("dist")
+    for project in (REPO, REPO / "clients" / "python"):
+        run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), str(project)],
+            REPO,
+            INSTALL_TIMEOUT_S,
+        )
+    (service,) = dist.glob("attention_service-*.whl")
+    (client,) = dist.glob("attention_client-*.whl")
+    yield {"service": service, "client": client}
+
+
+def _venv(path: Path) -> Path:
+    run([sys.executable, "-m", "venv", "--without-pip", str(path)], path.parent, 120)
+    return path / "bin" / "python"
+
+
+def _pip(python: Path, *args: str, cwd: Path) -> str:
     # This interpreter's pip installs into the new environment (--python): no bootstrap of a second pip.
+    return run([sys.executable, "-m", "pip", "--python", str(python), *args], cwd, INSTALL_TIMEOUT_S)
+
+
+def test_one_owner_per_package(wheels: dict[str, Path], tmp_path: Path) -> None:
+    service = set(zipfile.ZipFile(wheels["service"]).namelist())
+    client = set(zipfile.ZipFile(wheels["client"]).namelist())
+    packages = {name.split("/")[0] for name in service | client if ".dist-info/" not in name}
+    assert {n.split("/")[0] for n in service if ".dist-info/" not in n} == {"service"}, packages
+    assert {n.split("/")[0] for n in client if ".dist-info/" not in n} == {"attention_client"}, packages
+    assert {"service/client.py", "service/cli/local.py"} <= service
+    assert {"attention_client/__init__.py", "attention_client/py.typed"} <= client
+    static = {f"service/playground/static/{n}" for n in ("index.html", "playground.js", "playground.css")}
+    assert static <= service, "the playground's files are package data"
+    for wheel in wheels.values():  # the license travels with both
+        assert any(n.endswith(".dist-info/licenses/LICENSE") for n in zipfile.ZipFile(wheel).namelist())
+    metadata = (
+        zipfile.ZipFile(wheels["service"]).read(next(n for n in service if n.endswith(".dist-info/METADATA"))).decode()
+    )
+    assert 'Requires-Dist: attention-client<1,>=0.1; extra == "client"' in metadata, metadata
+
+    # Both installed, then one removed: the other keeps every file it brought.
+    python = _venv(tmp_path / "venv")
+    find = "import importlib.util as u; print(*(u.find_spec(n) is not None for n in ('attention_client', 'service')))"
+    _pip(python, "install", "--quiet", "--no-deps", str(wheels["service"]), str(wheels["client"]), cwd=tmp_path)
+    _pip(python, "uninstall", "--yes", "--quiet", "attention-service", cwd=tmp_path)
+    assert run([str(python), "-c", find], tmp_path, 60).split() == ["True", "False"]
+    _pip(python, "install", "--quiet", "--no-deps", str(wheels["service"]), cwd=tmp_path)
+    _pip(python, "uninstall", "--yes", "--quiet", "attention-client", cwd=tmp_path)
+    assert run([str(python), "-c", find], tmp_path, 60).split() == ["False", "True"]
+
+
+def test_wheel_installed_in_a_fresh_venv_serves_onnx_and_its_command_line_works(
+    wheels: dict[str, Path], tmp_path: Path
+) -> None:
+    venv, workdir = tmp_path / "venv", tmp_path / "elsewhere"
+    workdir.mkdir()
+    python = _venv(venv)
     lock = REPO / "requirements.lock"
-    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet"]
     if lock.is_file():
-        run([*install, "--require-hashes", "-r", str(lock)], workdir, INSTALL_TIMEOUT_S)
-        run([*install, "--no-deps", str(wheel)], workdir, INSTALL_TIMEOUT_S)
+        _pip(python, "install", "--quiet", "--require-hashes", "-r", str(lock), cwd=workdir)
+        _pip(python, "install", "--quiet", "--no-deps", str(wheels["service"]), cwd=workdir)
     else:
-        run([*install, str(wheel)], workdir, INSTALL_TIMEOUT_S)
+        _pip(python, "install", "--quiet", str(wheels["service"]), cwd=workdir)
 
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTN_", "PYTHON"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTN_", "ATTENTION_", "PYTHON"))}
+    cli = venv / "bin" / "attention-service"
+
+    # The command line of a plain install (no httpx, no client, no onnx, no PyYAML): each command works,
+    # or exits 2 with one line naming what to install.
+    version = run([str(cli), "--version"], workdir, 60, env)
+    assert version.startswith("attention-service ") and "attention-client not installed" in version
+    local = run([str(cli), "softmax", "--scores", "1.0,0.5,2.5,-0.1", "--local", "--json"], workdir, 120, env)
+    assert [round(p, 4) for p in json.loads(local)["probabilities"]] == [0.1557, 0.0945, 0.698, 0.0518]
+    schema = json.loads(run([str(cli), "openapi"], workdir, 120, env))
+    assert "/v1/attention" in schema["paths"]
+    for args, needs in (
+        (["softmax", "--scores", "1,2", "--url", f"http://127.0.0.1:{port}"], "pip install ./clients/python"),
+        (["export-models", "--out", str(workdir / "m")], "attention-service[export]"),
+    ):
+        done = subprocess.run([str(cli), *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert needs in done.stderr and "Traceback" not in done.stderr
+
     env |= {"ATTN_PORT": str(port), "ATTN_LOG_LEVEL": "warning"}
     log = tmp_path / "server.log"
     with open(log, "wb") as out:
