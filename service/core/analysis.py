@@ -34,7 +34,7 @@ from service.core.attention import check_dims
 from service.core.attention.chunks import CHUNK_ELEMENTS, chunk_scores, plan_chunks
 from service.core.attention.prepared import prepare
 from service.core.backward import jacobian_norms
-from service.core.errors import InvalidInput
+from service.core.errors import InvalidInput, NumericalError
 from service.core.types import AttentionInputs, AttentionParams, Causal
 
 __all__ = ["SweepPoint", "SweepRow", "analyze", "draw_normal", "sweep_points"]
@@ -94,10 +94,11 @@ class _Sums:
     """Running sums of one sweep point over chunks (Chan et al.'s pairwise update for the variance)."""
 
     count: int = 0
+    exponent: int = 0  # mean and m2 are in units of 2**exponent and 4**exponent: no square overflows or underflows
     mean: float = 0.0
     m2: float = 0.0
     rows: int = 0
-    range_sum: float = 0.0
+    half_range_sum: float = 0.0  # half of each row's range: a range up to float64's largest number adds no overflow
     entropy_sum: float = 0.0
     normalized_entropy_sum: float = 0.0
     saturated: int = 0
@@ -108,6 +109,16 @@ class _Sums:
         n = int(values.size)
         if n == 0:
             return
+        top = float(np.max(np.abs(values)))
+        exponent = math.frexp(top)[1] if top > _UNSCALED or 0 < top < 1 / _UNSCALED else 0
+        if self.count == 0:
+            self.exponent = exponent
+        elif exponent > self.exponent:  # into the larger units (what the smaller ones held may underflow: negligible)
+            self.mean = math.ldexp(self.mean, self.exponent - exponent)
+            self.m2 = math.ldexp(self.m2, 2 * (self.exponent - exponent))
+            self.exponent = exponent
+        if self.exponent:
+            values = np.ldexp(values, -self.exponent)
         mean = float(values.mean())
         m2 = float(np.square(values - mean).sum())
         total = self.count + n
@@ -115,6 +126,15 @@ class _Sums:
         self.mean += delta * n / total
         self.m2 += m2 + delta * delta * self.count * n / total
         self.count = total
+
+    def std(self) -> float:
+        """The population standard deviation of the scores added, 0 for none."""
+        return math.ldexp(math.sqrt(self.m2 / self.count), self.exponent) if self.count else 0.0
+
+
+# Scores of at most this magnitude (and at least its reciprocal) are squared as they are; beyond, they are scaled
+# by a power of two first (exactly), so that a representable standard deviation is computed (1e300 squared is inf).
+_UNSCALED = 2.0**480
 
 
 def analyze(
@@ -132,7 +152,9 @@ def analyze(
 ) -> list[SweepRow]:
     """The sweep's statistics, one row per point (all of whose ``head_dim`` must equal E of query and key).
 
-    Computes in float64. Raises :class:`InvalidInput` for inputs the contract rejects.
+    Computes in float64. Raises :class:`InvalidInput` for inputs the contract rejects, and
+    :class:`NumericalError` naming the sweep point where a score overflows float64 at a position no mask removes
+    (as /v1/attention refuses such scores), or where a statistic does not fit it.
     """
     q = np.asarray(query, dtype=np.float64)
     k = np.asarray(key, dtype=np.float64)
@@ -144,16 +166,20 @@ def analyze(
         params = AttentionParams(
             normalizer=normalizer, alpha=alpha, scale=point.scale, temperature=point.temperature, causal=causal
         )
-        # value = key: its shape passes the checks and the pass never reads it
-        p = prepare(AttentionInputs(q, k, k, mask, key_lengths), params, np.dtype(np.float64))
-        sums = _Sums()
-        for c in plan_chunks(p.dims, CHUNK_ELEMENTS):
-            nkv = c.kv.stop - c.kv.start
-            z = np.empty((nkv, (c.g.stop - c.g.start) * (c.l.stop - c.l.start), dims.S))
-            with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-                chunk_scores(p, c, z)
-                _add_chunk(sums, z, normalizer, alpha, vanishing_threshold, saturation_margin)
-        rows_out.append(_row(point, sums))
+        try:
+            # value = key: its shape passes the checks and the pass never reads it
+            p = prepare(AttentionInputs(q, k, k, mask, key_lengths), params, np.dtype(np.float64))
+            sums = _Sums()
+            for c in plan_chunks(p.dims, CHUNK_ELEMENTS):
+                nkv = c.kv.stop - c.kv.start
+                z = np.empty((nkv, (c.g.stop - c.g.start) * (c.l.stop - c.l.start), dims.S))
+                with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+                    chunk_scores(p, c, z, check=True)  # an overflowed score is refused, never read as masked
+                    _add_chunk(sums, z, normalizer, alpha, vanishing_threshold, saturation_margin)
+            rows_out.append(_row(point, sums))
+        except NumericalError as exc:
+            where = f"scale = {point.scale:.3g}, temperature = {point.temperature:.3g}, head_dim = {point.head_dim}"
+            raise NumericalError(f"at the sweep point {where}: {exc}", remedies=exc.remedies) from None
     return rows_out
 
 
@@ -170,7 +196,7 @@ def _add_chunk(
     zi, vi, ni = z2[informative], valid[informative], n_valid[informative]
     a = normalizers.normalize(zi, normalizer, alpha=alpha)
     sums.rows += int(zi.shape[0])
-    sums.range_sum += float((zi.max(axis=-1) - np.where(vi, zi, np.inf).min(axis=-1)).sum())
+    sums.half_range_sum += float((zi.max(axis=-1) / 2 - np.where(vi, zi, np.inf).min(axis=-1) / 2).sum())
     positive = a > 0
     h = -np.where(positive, a * np.log(np.where(positive, a, 1.0)), 0.0).sum(axis=-1)
     h = np.maximum(h, 0.0)
@@ -184,12 +210,12 @@ def _add_chunk(
 
 def _row(point: SweepPoint, s: _Sums) -> SweepRow:
     rows = max(s.rows, 1)
-    return SweepRow(
+    row = SweepRow(
         scale=point.scale,
         temperature=point.temperature,
         head_dim=point.head_dim,
-        score_std=math.sqrt(s.m2 / s.count) if s.count else 0.0,
-        score_range=s.range_sum / rows,
+        score_std=s.std(),
+        score_range=s.half_range_sum / rows * 2,
         mean_entropy=s.entropy_sum / rows,
         mean_normalized_entropy=s.normalized_entropy_sum / rows,
         saturated_fraction=s.saturated / rows,
@@ -197,3 +223,13 @@ def _row(point: SweepPoint, s: _Sums) -> SweepRow:
         vanishing_fraction=s.vanishing / rows,
         rows=s.rows,
     )
+    for name, value in row.as_dict().items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise NumericalError(
+                f"{name} is beyond float64's range ({_F64_MAX:.3g}); use a smaller scale or a larger temperature",
+                remedies=("smaller_inputs", "larger_temperature"),
+            )
+    return row
+
+
+_F64_MAX = float(np.finfo(np.float64).max)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.core import normalizers
-from service.core.errors import InvalidInput
+from service.core.errors import InvalidInput, wider_remedies
 
 
 @dataclass(slots=True)
@@ -78,7 +78,8 @@ def normalize_logits(
         what = "logits + mask" if normalizer == "relu" else "(logits + mask) / temperature"
         hint = "smaller logits" if normalizer == "relu" else "a larger temperature"
         wider = "precision float64 or " if dtype != np.float64 else ""
-        raise InvalidInput(f"{what} overflows {dtype.name}; use {wider}{hint}", ("logits",))
+        remedies = wider_remedies(dtype.name, "smaller_inputs" if normalizer == "relu" else "larger_temperature")
+        raise InvalidInput(f"{what} overflows {dtype.name}; use {wider}{hint}", ("logits",), remedies=remedies)
     if normalizer == "relu":  # from the float64 values: subnormal float32 logits keep their ratios
         p = normalizers.relu_normalize(z64, axis=axis).astype(dtype)
     else:
@@ -100,9 +101,17 @@ def _log_probabilities(z: np.ndarray, kept: np.ndarray, axis: int, dtype: np.dty
     bad = kept & ~np.isfinite(logp) & np.any(kept, axis=axis, keepdims=True)
     if bad.any():
         idx = tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(bad)[0]), bad.shape))
+        exact = float(logp64[idx])
+        value = f"{exact:.3g}" if np.isfinite(exact) else f"below {-float(np.finfo(np.float64).max):.3g}"
+        remedies: tuple[str, ...] = ("float64", "omit_log")
+        advice = "use precision float64 (or leave out log)"
+        if dtype == np.float64:  # already in force: the probabilities are representable, their logs are not
+            remedies = ("omit_log", "smaller_inputs", "larger_temperature")
+            advice = "leave out log (the probabilities are representable), or use smaller logits or a larger "
+            advice += "temperature"
         raise InvalidInput(
-            f"the log-probability of logits{list(idx)} is {float(logp64[idx]):.3g}, beyond {dtype.name}'s range; "
-            "use precision float64 (or leave out log)",
+            f"the log-probability of logits{list(idx)} is {value}, beyond {dtype.name}'s range; " + advice,
             ("logits", *idx),
+            remedies=remedies,
         )
     return logp

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.settings import Settings
+from tests.api.conftest import assert_problem
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +100,48 @@ def test_sample_draws_from_the_distribution_softmax_gives(
     soft = both.post("/v1/softmax", json=common)
     assert soft.status_code == 200, soft.text
     np.testing.assert_allclose(r.json()["probabilities"], soft.json()["probabilities"], rtol=1e-6, atol=0)
+
+
+# ------------------------------------------------------------------ 4. analyze refuses what /v1/attention refuses
+
+
+@pytest.mark.parametrize(
+    ("query", "key"),
+    [([[1e200, 0.0], [1.0, 0.0]], [[1e200, 0.0], [0.0, 1.0]]), ([[1e160, 0.0]], [[1e160, 0.0], [-1e160, 1.0]])],
+)
+def test_analyze_refuses_scores_that_overflow(both: TestClient, query: list, key: list) -> None:
+    body = {"query": query, "key": key, "scales": [1.0], "temperatures": [1.0]}
+    p = assert_problem(both.post("/v1/attention/analyze", json=body), 422, detail="the scores overflow float64")
+    assert "sweep point scale = 1, temperature = 1" in p["detail"]
+    attention = {"query": query, "key": key, "value": key, "scale": 1.0, "precision": "float64"}
+    assert_problem(both.post("/v1/attention", json=attention), 422, detail="overflow float64")
+
+
+def test_analyze_reports_a_representable_std(both: TestClient) -> None:
+    body = {"query": [[1.0, 2.0], [3.0, -1.0]], "key": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], "temperatures": [1.0]}
+    r = both.post("/v1/attention/analyze", json={**body, "scales": [1e300]})
+    assert r.status_code == 200, r.text
+    (row,) = r.json()["sweep"]
+    assert row["score_std"] == pytest.approx(1.3743685418725535e300, rel=1e-12)
+
+
+# ------------------------------------------------------------------ 5. messages that name the right thing
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"repetition_penalty": 1e300, "previous_tokens": [0, 1]}, "repetition_penalty"),
+        ({"frequency_penalty": 1e308, "previous_tokens": [0, 0, 1, 1], "precision": "float64"}, "frequency_penalty"),
+    ],
+)
+def test_a_penalty_overflow_is_not_blamed_on_a_mask(both: TestClient, extra: dict, field: str) -> None:
+    r = both.post("/v1/sample", json={"logits": [-2.0, -3.0], "seed": 1, **extra})
+    p = assert_problem(r, 422, loc=[field])
+    assert "mask" not in p["detail"] and "previous_tokens" in p["detail"]
+
+
+def test_a_float64_log_probability_overflow_says_what_helps(both: TestClient) -> None:
+    body = {"logits": b64([1.7e308, -1.7e308, 1.0], "float64"), "precision": "float64", "log": True}
+    p = assert_problem(both.post("/v1/softmax", json=body), 422, loc=["logits", 1])
+    assert "precision float64" not in p["detail"] and "leave out log" in p["detail"]

@@ -28,6 +28,7 @@ from service.core.attention.forward import attention, run_attention
 from service.core.attention.numerics import (
     check_live_rows,
     check_scores_finite,
+    not_finite_error,
     overflow_error,
     scaled_bias,
     score_factor,
@@ -42,6 +43,7 @@ __all__ = [
     "check_live_rows",
     "check_params",
     "check_scores_finite",
+    "not_finite_error",
     "overflow_error",
     "promote_to_4d",
     "resolved_scale",

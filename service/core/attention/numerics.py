@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from service.core.errors import NumericalError
+from service.core.errors import NumericalError, wider_remedies
 
 
 def widened_factor(factor: float | np.floating, dtype: np.dtype | type) -> bool:
@@ -26,8 +26,16 @@ def overflow_error(dtype: np.dtype | type, what: str = "the scores") -> Numerica
     hint = "retry with precision float64 or smaller inputs" if name != "float64" else "use smaller inputs"
     return NumericalError(
         f"{what} overflow {name} (|(scale * q.k + bias) / temperature| > {float(np.finfo(dtype).max):.3g} at a "
-        f"position no mask removes); {hint}"
+        f"position no mask removes); {hint}",
+        remedies=wider_remedies(name, "smaller_inputs"),
     )
+
+
+def not_finite_error(what: str, dtype: np.dtype | type, extra: str = "") -> NumericalError:
+    """The 422 for a gradient (or an output) that is not finite: float64 where it would help, else smaller inputs."""
+    name = np.dtype(dtype).name
+    hint = "retry with precision float64 or smaller inputs" if name != "float64" else "use smaller inputs"
+    return NumericalError(f"{what}{extra}; {hint}", remedies=wider_remedies(name, "smaller_inputs"))
 
 
 def _wider(dtype: np.dtype | type) -> str:
@@ -51,7 +59,8 @@ def score_factor(scale: float, temperature: float, dtype: np.dtype | type) -> np
         rounded: np.floating = dtype.type(factor)
     if not np.isfinite(rounded):
         raise NumericalError(
-            f"scale / temperature = {factor:.3g} overflows {dtype.name}; use {_wider(dtype)}a larger temperature"
+            f"scale / temperature = {factor:.3g} overflows {dtype.name}; use {_wider(dtype)}a larger temperature",
+            remedies=wider_remedies(dtype.name, "larger_temperature"),
         )
     if abs(rounded) < np.finfo(dtype).tiny:
         return np.float64(factor)
@@ -79,7 +88,8 @@ def scaled_bias(bias: np.ndarray, temperature: float, dtype: np.dtype | type, *,
             raise NumericalError(
                 f"the float mask divided by the temperature overflows {dtype.name} "
                 f"(a mask entry / temperature = {float(quotient[idx]):.3g}); "
-                f"use {_wider(dtype)}a larger temperature"
+                f"use {_wider(dtype)}a larger temperature",
+                remedies=wider_remedies(dtype.name, "larger_temperature"),
             )
     return out
 

@@ -20,11 +20,11 @@ from service.core.attention.chunks import (
     relu_scores,
     run_chunks,
 )
-from service.core.attention.numerics import check_live_rows, check_scores_finite
+from service.core.attention.numerics import check_live_rows, check_scores_finite, not_finite_error
 from service.core.attention.prepared import mask5, prepare, split_heads
 from service.core.backward.health import gradient_health, jacobian_norms
 from service.core.backward.task import BACKWARD_RETURNS, BackwardResult, BackwardTask, checked_gradient, sum_to_shape
-from service.core.errors import InvalidInput, NumericalError
+from service.core.errors import InvalidInput
 from service.core.masks import as_4d_mask
 
 
@@ -189,9 +189,8 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
         ("gradient_health", norms),
     ):
         if arr is not None and not np.isfinite(arr).all():
-            raise NumericalError(
-                f"{name} is not finite in {dtype.name}: the scores or gradients overflowed; "
-                "retry with precision float64 or smaller inputs"
+            raise not_finite_error(
+                f"{name} is not finite in {dtype.name}", dtype, ": the scores or gradients overflowed"
             )
     if "grad_query" in want and dq is not None:
         result.grad_query = dq.reshape(task.inputs.query.shape)
@@ -215,5 +214,5 @@ def run_backward(bt: BackwardTask, *, executor: Executor | None = None, workers:
     for name in ("grad_scale", "grad_temperature"):
         value = getattr(result, name)
         if value is not None and not math.isfinite(value):
-            raise NumericalError(f"{name} is not finite; retry with precision float64 or smaller inputs")
+            raise not_finite_error(f"{name} is not finite", dtype)
     return result

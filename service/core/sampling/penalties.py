@@ -7,7 +7,7 @@ from typing import cast
 
 import numpy as np
 
-from service.core.errors import InvalidInput
+from service.core.errors import InvalidInput, wider_remedies
 from service.core.sampling.params import SamplingParams, TokenLists
 
 
@@ -106,7 +106,11 @@ def apply_penalties(z: np.ndarray, row_ids: np.ndarray, tokens: np.ndarray, para
         vals = vals - params.frequency_penalty * counts - params.presence_penalty
         out = vals.astype(z.dtype)
     if np.isposinf(out).any() or np.isnan(out).any():
-        raise InvalidInput(f"the penalties make a logit overflow {z.dtype.name}", ("frequency_penalty",))
+        raise InvalidInput(
+            f"the penalties make a logit overflow {z.dtype.name}",
+            ("frequency_penalty",),
+            remedies=wider_remedies(z.dtype.name, "smaller_penalties"),
+        )
     z[r, c] = out
     return True
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.core.errors import InvalidInput
+from service.core.errors import InvalidInput, wider_remedies
 from service.core.sampling.filters import Filtered, filter_logits, greedy, logsumexp
 from service.core.sampling.params import SamplingParams, TokenLists, check_params
 from service.core.sampling.penalties import apply_mask, apply_penalties, previous_token_pairs
@@ -74,14 +74,19 @@ def process(
             raise InvalidInput(f"mask has rank {mask.ndim}; the logits have rank {logits.ndim}", ("mask", "shape"))
         apply_mask(z, mask)
     penalized = False
+    alive: np.ndarray | None = None  # rows with a token left after the mask, before the penalties
     if previous_tokens is not None:
         r, t = previous_token_pairs(previous_tokens, n_rows, vocab)
+        alive = np.max(z, axis=-1) > -np.inf
         penalized = apply_penalties(z, r, t, params)
     zmax = np.max(z, axis=-1, keepdims=True)
     dead = np.nonzero(zmax[:, 0] == -np.inf)[0]
     if dead.size:
-        loc: tuple[str | int, ...] = ("mask",) if logits.ndim == 1 else ("mask", int(dead[0]))
-        raise InvalidInput(f"the mask removes every token of row {int(dead[0])}: there is nothing to sample", loc)
+        row = int(dead[0])
+        if penalized and alive is not None and alive[row]:
+            raise penalties_error(params, row, dtype)
+        loc: tuple[str | int, ...] = ("mask",) if logits.ndim == 1 else ("mask", row)
+        raise InvalidInput(f"the mask removes every token of row {row}: there is nothing to sample", loc)
     if params.temperature == 0:
         return greedy(z), z
     if params.temperature == 1:
@@ -117,3 +122,28 @@ def scaled_shifted(z: np.ndarray, temperature: float, dtype: np.dtype) -> np.nda
             z64 -= np.max(z64, axis=-1, keepdims=True)
             z64 /= temperature
         return z64.astype(dtype)
+
+
+def penalties_error(params: SamplingParams, row: int, dtype: np.dtype) -> InvalidInput:
+    """Every token of ``row`` that the mask kept was pushed beyond the dtype's range by the penalties.
+
+    The error names the penalties (the first one in force is the location) and ``previous_tokens``, never the
+    mask, which may not even have been sent.
+    """
+    active = [
+        (name, value)
+        for name, value, neutral in (
+            ("repetition_penalty", params.repetition_penalty, 1.0),
+            ("frequency_penalty", params.frequency_penalty, 0.0),
+            ("presence_penalty", params.presence_penalty, 0.0),
+        )
+        if value != neutral
+    ]
+    named = ", ".join(f"{name} = {value:.3g}" for name, value in active)
+    wider = "precision float64 or " if dtype != np.float64 else ""
+    return InvalidInput(
+        f"the penalties ({named}) on the previous_tokens push every token of row {row} below {dtype.name}'s "
+        f"range: there is nothing to sample; use {wider}smaller penalties",
+        (active[0][0],),
+        remedies=wider_remedies(dtype.name, "smaller_penalties"),
+    )

@@ -12,9 +12,8 @@ import math
 
 import numpy as np
 
-from service.core.attention import Dims, check_live_rows, check_scores_finite, resolved_scale
+from service.core.attention import Dims, check_live_rows, check_scores_finite, not_finite_error, resolved_scale
 from service.core.backward import BackwardResult, BackwardTask, gradient_health, jacobian_norms, sum_to_shape
-from service.core.errors import NumericalError
 from service.core.masks import as_4d_mask
 
 
@@ -42,10 +41,7 @@ def backward_result(
                 got[n][empty] = 0
     for n in ("grad_query", "grad_key", "grad_value", "output"):
         if n in got and not np.isfinite(got[n]).all():
-            raise NumericalError(
-                f"{n} is not finite in {dtype.name}: the scores or gradients overflowed; "
-                "retry with precision float64 or smaller inputs"
-            )
+            raise not_finite_error(f"{n} is not finite in {dtype.name}", dtype, ": the scores or gradients overflowed")
     params = fwd.params
     T = params.temperature
     result = BackwardResult(valid_keys=valid_keys)
@@ -76,5 +72,5 @@ def backward_result(
     for n in ("grad_scale", "grad_temperature"):
         value = getattr(result, n)
         if value is not None and not math.isfinite(value):
-            raise NumericalError(f"{n} is not finite; retry with precision float64 or smaller inputs")
+            raise not_finite_error(f"{n} is not finite", dtype)
     return result
