@@ -104,7 +104,7 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
 
 
 def start_server(port: int, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "ATTN_LOG_LEVEL": "warning", "ATTN_ENABLE_ONNX": "false"}
+    env = {**os.environ, "ATTN_LOG_LEVEL": "warning", "ATTN_ENABLE_ONNX": "false", "ATTN_GRPC_PORT": "0"}
     cmd = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(port)]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -138,7 +138,7 @@ def start_server(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[
     server = subprocess.Popen(
         [sys.executable, "-m", "service", "serve"],
         cwd=ROOT,
-        env={**os.environ, **env, "ATTN_PORT": str(port)},
+        env={**os.environ, "ATTN_GRPC_PORT": "0", **env, "ATTN_PORT": str(port)},
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -257,7 +257,7 @@ def main() -> int:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     workdir = Path(tempfile.mkdtemp(prefix="load_test_"))
-    env = {**os.environ, "ATTN_PORT": str(port), "ATTN_MAX_BODY_BYTES": str(max_body)}
+    env = {**os.environ, "ATTN_PORT": str(port), "ATTN_GRPC_PORT": "0", "ATTN_MAX_BODY_BYTES": str(max_body)}
     log = open(workdir / "server.log", "wb")  # noqa: SIM115 -- the server writes to it until the `finally` closes it
     server = subprocess.Popen(
         [sys.executable, "-m", "service", "serve"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT

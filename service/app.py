@@ -1,18 +1,21 @@
 """The application factory: ``create_app(settings)`` builds the service from its parts.
 
 One data plane per process (:class:`~service.dataplane.DataPlane`: engines, admission, memory budget,
-scheduler), the metrics it reports to, and the front ends that call it: REST (:mod:`service.http`).
+scheduler), the metrics it reports to, and the front ends that call it: REST (:mod:`service.http`) and,
+on its own port in the same event loop, gRPC (:mod:`service.grpc`, unless ``ATTN_GRPC_ENABLED=false``).
 Nothing heavy happens at import time; the engines start in a worker thread after start-up, and
-/readyz answers 503 until they are ready.
+/readyz (and gRPC health) say not ready until they are.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 import threading
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
@@ -24,6 +27,9 @@ from service.engines.numpy_engine import NumpyEngine
 from service.http.app import build_app
 from service.observability.metrics import ServiceMetrics, multiprocess_enabled
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.grpc.server import GrpcServer
 
 logger = logging.getLogger("service")
 
@@ -64,9 +70,7 @@ def create_app(
     if settings.debug_delay_s:
         logger.warning("ATTN_DEBUG_DELAY_S=%s: every request is slowed down (test setting)", settings.debug_delay_s)
     metrics = ServiceMetrics(models=MODELS)  # the model label: these names, else "other"
-    plane = DataPlane(
-        settings, dict(engines) if engines is not None else default_engines(settings), observer=metrics
-    )
+    plane = DataPlane(settings, dict(engines) if engines is not None else default_engines(settings), observer=metrics)
     runtime = plane.runtime
 
     @asynccontextmanager
@@ -82,10 +86,49 @@ def create_app(
 
         metrics.record_engines(dict.fromkeys(runtime.engines, False))
         threading.Thread(target=start, name="engine-startup", daemon=True).start()
+        grpc_server = await start_grpc(plane, metrics) if settings.grpc_enabled else None
+        stopping = stop_grpc_on_signals(grpc_server, settings.shutdown_grace_s)
         try:
             yield
         finally:
+            if grpc_server is not None:
+                await (stopping[0] if stopping else grpc_server.stop(settings.shutdown_grace_s))
             runtime.close_engines()
             metrics.close()  # a stopping worker removes its live gauges (multiprocess mode)
 
     return build_app(plane, metrics, lifespan, tracer_provider)
+
+
+async def start_grpc(plane: DataPlane, metrics: ServiceMetrics) -> GrpcServer:
+    """The gRPC front end, serving (grpc is imported only when it is on)."""
+    from service.grpc.server import GrpcServer
+
+    server = GrpcServer(plane, metrics)
+    await server.start()
+    return server
+
+
+def stop_grpc_on_signals(server: GrpcServer | None, grace_s: float) -> list[asyncio.Task[None]]:
+    """Begin gRPC's graceful stop as soon as SIGTERM or SIGINT arrives, while uvicorn drains REST: each signal
+    first goes to the handler uvicorn installed (which restores the originals when it exits). Returns a list
+    that holds the stopping task once it runs.
+    """
+    stopping: list[asyncio.Task[None]] = []
+    if server is None or threading.current_thread() is not threading.main_thread():
+        return stopping  # signals reach the main thread only (an in-process test client runs elsewhere)
+    loop = asyncio.get_running_loop()
+
+    def begin() -> None:
+        if not stopping:
+            stopping.append(loop.create_task(server.stop(grace_s), name="grpc-stop"))
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+
+        def handler(signum: int, frame: Any, previous: Any = previous) -> None:
+            if callable(previous):
+                previous(signum, frame)
+            loop.call_soon_threadsafe(begin)
+
+        signal.signal(sig, handler)
+    return stopping

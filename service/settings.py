@@ -220,6 +220,29 @@ class Settings(BaseSettings):
         gt=0,
         description="A client that reads none of its answer for this long is disconnected and the answer freed.",
     )
+    # gRPC (the Open Inference Protocol's gRPC form, beside REST in the same process; service/grpc)
+    grpc_enabled: bool = Field(True, description="Serve gRPC (inference.GRPCInferenceService) beside REST.")
+    grpc_port: int = Field(8001, ge=0, le=65535, description="gRPC port, on ATTN_HOST (Triton's default, 8001).")
+    grpc_keepalive_time_s: float = Field(
+        60.0, gt=0, description="Ping a client whose connection has been quiet this long (HTTP/2 keepalive)."
+    )
+    grpc_keepalive_timeout_s: float = Field(
+        20.0, gt=0, description="Close a connection whose keepalive ping is not answered within this time."
+    )
+    grpc_min_client_ping_interval_s: float = Field(
+        10.0,
+        gt=0,
+        description="The most often a client may ping (closer pings end its connection with ENHANCE_YOUR_CALM).",
+    )
+    grpc_max_connection_idle_s: float = Field(
+        300.0, gt=0, description="Close a connection with no call for this long (the client reconnects when needed)."
+    )
+    grpc_max_connection_age_s: float = Field(
+        0.0,
+        ge=0,
+        description="Ask clients to reconnect after this long, so that load balancers spread long-lived clients "
+        "(0: never).",
+    )
     api_keys: Annotated[list[SecretStr] | None, NoDecode] = Field(
         None, description="API keys; unset: no authentication. Each >= 16 characters."
     )
@@ -290,6 +313,8 @@ class Settings(BaseSettings):
             )
         if self.workers > 1 and self.metrics_dir is None and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             problems.append("ATTN_WORKERS > 1 needs ATTN_METRICS_DIR (a directory for multiprocess metrics)")
+        if self.grpc_enabled and self.grpc_port and self.grpc_port == self.port:
+            problems.append("ATTN_GRPC_PORT must differ from ATTN_PORT (or set ATTN_GRPC_ENABLED=false)")
         if self.queue_timeout_s >= self.request_timeout_s:
             problems.append("ATTN_QUEUE_TIMEOUT_S must be shorter than ATTN_REQUEST_TIMEOUT_S")
         if self.max_body_bytes > self.memory_budget_bytes:

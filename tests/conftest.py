@@ -1,13 +1,21 @@
-"""Live servers shared by the client, command-line and playground tests (see tests/live.py)."""
+"""Live servers shared by the client, command-line and playground tests (see tests/live.py).
+
+Every app the tests build, in-process or in a subprocess, serves gRPC on a port of its own choosing
+(``ATTN_GRPC_PORT=0``): the default, 8001, would be shared by every server the suite starts at once.
+A test that talks gRPC gives its server a known free port instead.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests.e2e.conftest import LiveServer
 from tests.live import API_KEY, serve
+
+os.environ.setdefault("ATTN_GRPC_PORT", "0")
 
 
 @pytest.fixture(scope="session")

@@ -100,28 +100,29 @@ class ServiceMetrics:
             gc_collector.GCCollector(registry=r)
         self.requests = Counter(
             "attn_http_requests",
-            "HTTP requests answered, by method, route template, model and status.",
-            ["method", "route", "model", "status"],
+            "Requests answered, by protocol (http or grpc), method, route template (gRPC: the method's path), model "
+            "and status (HTTP: the code; gRPC: the status name).",
+            ["protocol", "method", "route", "model", "status"],
             registry=r,
         )
         self.latency = Histogram(
             "attn_http_request_duration_seconds",
-            "Time from the request's arrival to the end of its response.",
-            ["method", "route", "model"],
+            "Time from the request's arrival to the end of its response, by protocol.",
+            ["protocol", "method", "route", "model"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.request_size = Histogram(
             "attn_http_request_size_bytes",
-            "Request body bytes read from the wire (before gzip inflation), by route and model.",
-            ["route", "model"],
+            "Request body bytes read from the wire (before gzip inflation; gRPC: the message), by route and model.",
+            ["protocol", "route", "model"],
             buckets=SIZE_BUCKETS,
             registry=r,
         )
         self.response_size = Histogram(
             "attn_http_response_size_bytes",
-            "Response body bytes sent (after compression), by route and model.",
-            ["route", "model"],
+            "Response body bytes sent (after compression; gRPC: the message), by route and model.",
+            ["protocol", "route", "model"],
             buckets=SIZE_BUCKETS,
             registry=r,
         )
@@ -164,7 +165,7 @@ class ServiceMetrics:
             multiprocess_mode="livemin",  # 0 when any live worker lacks the engine
             registry=r,
         )
-        self._request_children: dict[tuple[str, str, str, int], tuple[Any, Any, Any, Any]] = {}
+        self._request_children: dict[tuple[str, str, str, str, int | str], tuple[Any, Any, Any, Any]] = {}
         self._compute: dict[tuple[str, str, str, str], Any] = {}
         for reason in REJECT_REASONS:
             self.rejected.labels(reason)  # exported at 0, so rate() works from the first scrape
@@ -173,24 +174,31 @@ class ServiceMetrics:
         self,
         method: str,
         route: str,
-        status: int,
+        status: int | str,
         seconds: float,
         *,
         path: str = "",
+        protocol: str = "http",
+        model: str | None = None,
         request_bytes: int | None = None,
         response_bytes: int | None = None,
     ) -> None:
-        """One answered request: count, duration and, when given, body sizes, labelled by route and model."""
+        """One answered request: count, duration and, when given, body sizes, labelled by protocol, route and
+        model (``model``: the model a gRPC call named, else found from the HTTP route and path).
+        """
         method = method if method in METHODS else "OTHER"
-        model = model_label(route, path, self.models)
-        key = (method, route, model, status)
+        if model is None:
+            model = model_label(route, path, self.models)
+        elif model and model not in self.models:
+            model = OTHER_MODEL
+        key = (protocol, method, route, model, status)
         children = self._request_children.get(key)
         if children is None:  # labels() takes a lock and checks the environment: once per series, not per request
             children = self._request_children[key] = (
-                self.requests.labels(method, route, model, str(status)),
-                self.latency.labels(method, route, model),
-                self.request_size.labels(route, model),
-                self.response_size.labels(route, model),
+                self.requests.labels(protocol, method, route, model, str(status)),
+                self.latency.labels(protocol, method, route, model),
+                self.request_size.labels(protocol, route, model),
+                self.response_size.labels(protocol, route, model),
             )
         children[0].inc()
         children[1].observe(seconds)

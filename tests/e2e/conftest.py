@@ -37,6 +37,8 @@ LIVE_ENV = {
 class LiveServer:
     host: str
     port: int
+    pid: int | None = None
+    """The server process (to signal it)."""
 
     @property
     def url(self) -> str:
@@ -83,7 +85,7 @@ def started(args: Sequence[str], port: int, env: Mapping[str, str], host: str = 
             )
             try:
                 wait_ready(f"http://{host}:{port}", proc, log)
-                yield LiveServer(host, port)
+                yield LiveServer(host, port, proc.pid)
             finally:
                 proc.terminate()
                 try:

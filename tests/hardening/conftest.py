@@ -162,7 +162,7 @@ class LiveServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp_path / f"server-{self.port}.log"
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTN_", "PROMETHEUS_"))}
-        full_env.update({"ATTN_ENABLE_ONNX": "false", "ATTN_PORT": str(self.port), **env})
+        full_env.update({"ATTN_ENABLE_ONNX": "false", "ATTN_PORT": str(self.port), "ATTN_GRPC_PORT": "0", **env})
         self._log = open(self.log_path, "wb")  # noqa: SIM115 -- open for the server's life; stop() closes it
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service", "serve"],

@@ -30,6 +30,7 @@ EXTRA_MODULES = {
     "service/cli/remote.py": {"attention_client"},
     "service/openapi.py": {"yaml"},
     "service/http/tracing.py": {"opentelemetry"},  # the `tracing` extra, imported only when on
+    "service/grpc/codegen.py": {"grpc_tools"},  # regenerating the gRPC stubs: the `test` extra's grpcio-tools
 }
 
 

@@ -1,0 +1,12 @@
+"""The gRPC front end: the Open Inference Protocol's ``inference.GRPCInferenceService`` on the data plane.
+
+Layout:
+
+- ``server``: :class:`~service.grpc.server.GrpcServer`, the server with health checking and reflection;
+- ``service``: the servicer's six calls;
+- ``calls``: what every call goes through (API key, request id, status, metrics, access log);
+- ``codecs``: protobuf messages to and from the data plane's decoded requests and results;
+- ``codegen``: regenerates ``generated/`` from ``protos/inference.proto``;
+- ``generated``: the protobuf and gRPC stubs (committed, checked by a test);
+- ``protos``: the protocol's service and messages.
+"""

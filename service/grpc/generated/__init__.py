@@ -1,0 +1,1 @@
+"""Stubs generated from ``../protos/inference.proto`` by ``python -m service.grpc.codegen``; do not edit."""
