@@ -95,11 +95,13 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp \
     ATTN_HOST=0.0.0.0 \
-    ATTN_PORT=8000
+    ATTN_PORT=8000 \
+    ATTN_GRPC_PORT=8001
 
 WORKDIR /app
 USER 10001:10001
-EXPOSE 8000
+# REST (/v1, /v2, /metrics, the pages) and the Open Inference Protocol over gRPC.
+EXPOSE 8000 8001
 
 # Liveness only: the process answers. Readiness (/readyz, 503 until the ONNX
 # sessions are warm) belongs to the orchestrator (compose, Kubernetes).

@@ -22,6 +22,7 @@
 #   IMAGE           tag to build (default localhost/attention-service:dev)
 #   SMOKE_NAME      container name (default attn-smoke-PID, unique per run)
 #   SMOKE_PORT      host port for the smoke run (default 18080; --network host)
+#   SMOKE_GRPC_PORT host port of its gRPC front end (default 18081)
 #   DEBIAN_MIRROR   debootstrap mirror (default: the first URIs: of the apt sources)
 #   STOP_LIMIT_S    the longest `podman stop` may take to pass (default 10)
 #   BUILD_CA_BUNDLE host CA bundle mounted over the build's
@@ -43,6 +44,7 @@ SCRATCH=${PODMAN_SCRATCH:-/tmp/podman-attn}
 BASE_IMAGE=${BASE_IMAGE:-localhost/debian-bookworm-py:base}
 IMAGE=${IMAGE:-localhost/attention-service:dev}
 PORT=${SMOKE_PORT:-18080}
+GRPC_PORT=${SMOKE_GRPC_PORT:-18081}
 STOP_LIMIT_S=${STOP_LIMIT_S:-10}
 STEPS=${SMOKE_STEPS:-base build run}
 WORKERS=${SMOKE_WORKERS:-1}
@@ -142,7 +144,7 @@ if want run; then
     pm rm -f --ignore "$NAME" >/dev/null
     # The image's own entrypoint (tini) is PID 1; the same hardening as the
     # Kubernetes manifests: read-only root, a tmpfs /tmp, no capabilities.
-    env_args=(-e ATTN_PORT="$PORT" -e ATTN_WORKERS="$WORKERS")
+    env_args=(-e ATTN_PORT="$PORT" -e ATTN_GRPC_PORT="$GRPC_PORT" -e ATTN_WORKERS="$WORKERS")
     if ((WORKERS > 1)); then env_args+=(-e ATTN_METRICS_DIR=/tmp/metrics); fi
     auth=()
     if [[ -n $API_KEY ]]; then
@@ -182,11 +184,12 @@ if want run; then
     curl -sf "${auth[@]}" "$URL/v1/engines" >"$SCRATCH/engines.json" || die "GET /v1/engines failed"
     log "engines: $(tr -d '\n' <"$SCRATCH/engines.json" | cut -c1-300)"
 
-    # /v1 (numpy and onnx engines) and /v2 answers equal to the in-process engine's.
+    # /v1 (numpy and onnx engines), /v2 and gRPC answers equal to the in-process engine's.
     t1=$(now)
-    SMOKE_API_KEY="$API_KEY" "$PYTHON" "$REPO/deploy/podman/compare_with_engine.py" "$URL" >&2 \
+    SMOKE_API_KEY="$API_KEY" SMOKE_GRPC_TARGET="127.0.0.1:$GRPC_PORT" \
+        "$PYTHON" "$REPO/deploy/podman/compare_with_engine.py" "$URL" >&2 \
         || die "the container's answers differ from the in-process engine (see above)"
-    log "/v1 and /v2 answers match the in-process engine ($(since "$t1") s)"
+    log "/v1, /v2 and gRPC answers match the in-process engine ($(since "$t1") s)"
 
     code=$(curl -s -o "$SCRATCH/metrics.txt" -w '%{http_code}' "$URL/metrics")
     log "GET /metrics (no key): $code, $(grep -c '^attn_' "$SCRATCH/metrics.txt" || true) attn_* samples"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI's container smoke test (.ci/run): build the image with podman, run it, /readyz, /v1 and /v2
-# answers equal to the in-process engine, SIGTERM exits 0 within the grace period.
+# and gRPC answers equal to the in-process engine, SIGTERM exits 0 within the grace period.
 #
 # Where podman cannot run (no podman packages and no apt-get, not root, podman info fails), it says
 # so and exits 0: the rest of CI goes on. A smoke test that ran and failed exits non-zero.
@@ -31,10 +31,11 @@ for tool in podman runc debootstrap curl; do
 done
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+grpc_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # A tag of its own: another build on this machine cannot swap the image under this run.
 image=localhost/attention-service:ci-$$
 start=$SECONDS
-SMOKE_PORT=$port IMAGE=$image timeout 1200 deploy/podman/build-and-smoke.sh
+SMOKE_PORT=$port SMOKE_GRPC_PORT=$grpc_port IMAGE=$image timeout 1200 deploy/podman/build-and-smoke.sh
 status=$?
 if [[ $status != 3 ]]; then  # the layers stay cached for the next run; only this run's tag goes
     CONTAINERS_CONF=${PODMAN_SCRATCH:-/tmp/podman-attn}/conf/containers.conf \

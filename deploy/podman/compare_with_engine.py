@@ -1,12 +1,14 @@
-"""Send /v1 and /v2 requests to a running container and compare its answers with the in-process engine.
+"""Send /v1, /v2 and gRPC requests to a running container and compare its answers with the in-process engine.
 
-    python deploy/podman/compare_with_engine.py URL        # API key, if any, in SMOKE_API_KEY
+    python deploy/podman/compare_with_engine.py URL        # API key, if any, in SMOKE_API_KEY;
+                                                           # gRPC's host:port in SMOKE_GRPC_TARGET
 
 The same requests go through the app built in this process (numpy engine,
 ``create_app`` with the ONNX engine off) and the container's answers must
 match within float32 tolerance, for ``engine=numpy`` and ``engine=onnx`` on
-``/v1/attention`` and for ``/v2/models/attention/infer``. Standard library
-plus this repository's own package; exits 1 with the first difference.
+``/v1/attention``, for ``/v2/models/attention/infer`` and for the same
+inference over gRPC (``inference.GRPCInferenceService/ModelInfer``, this
+repository's stubs). Exits 1 with the first difference.
 """
 
 from __future__ import annotations
@@ -68,6 +70,29 @@ def post(url: str, path: str, body: dict[str, Any], key: str) -> tuple[int, dict
         return exc.code, {"error": exc.read().decode(errors="replace")[:500]}
 
 
+def grpc_outputs(target: str, body: dict[str, Any], key: str) -> dict[str, np.ndarray]:
+    """The /v2 request ``body`` sent over gRPC (typed contents), its outputs as arrays."""
+    import grpc
+
+    from service.grpc.generated import inference_pb2 as pb
+    from service.grpc.generated import inference_pb2_grpc as pb_grpc
+
+    request = pb.ModelInferRequest(model_name="attention", id=body["id"])
+    for tensor in body["inputs"]:
+        sent = request.inputs.add(name=tensor["name"], datatype=tensor["datatype"], shape=tensor["shape"])
+        sent.contents.fp32_contents.extend(tensor["data"])
+    for name, value in body["parameters"].items():
+        param = request.parameters[name]
+        if isinstance(value, bool):
+            param.bool_param = value
+        else:
+            param.string_param = value
+    metadata = (("authorization", f"Bearer {key}"),) if key else ()
+    with grpc.insecure_channel(target) as channel:
+        response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, metadata=metadata, timeout=30)
+    return {o.name: np.asarray(o.contents.fp32_contents, dtype=np.float64).reshape(o.shape) for o in response.outputs}
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
@@ -96,6 +121,13 @@ def main(argv: list[str]) -> int:
             engine = remote.get("engine") or remote.get("parameters", {}).get("engine")
             engine = engine.get("name") if isinstance(engine, dict) else engine
             print(f"{label}: 200, {', '.join(sorted(want))} equal to the in-process numpy engine (ran on {engine})")
+            target = os.environ.get("SMOKE_GRPC_TARGET")
+            if target and path.startswith("/v2"):
+                got = grpc_outputs(target, body, key)
+                if set(got) != set(want) or not all(np.allclose(got[n], want[n], RTOL, ATOL) for n in want):
+                    print(f"FAIL {label} over gRPC: outputs differ from the in-process engine", file=sys.stderr)
+                    return 1
+                print(f"{label} over gRPC ({target}): {', '.join(sorted(want))} equal to the in-process numpy engine")
     return 0
 
 

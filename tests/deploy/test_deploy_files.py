@@ -48,6 +48,8 @@ K8S_VERSIONS = ("1.30.0", "1.33.0")
 HADOLINT_THRESHOLD = "warning"
 
 CONTAINER_PORT = 8000
+GRPC_PORT = 8001
+"""The gRPC port (ATTN_GRPC_PORT's default): the Open Inference Protocol over gRPC."""
 INITS = ("tini", "catatonit", "dumb-init")
 # What the runtime may spend after the server's drain before it kills the process.
 EXIT_MARGIN_S = 5
@@ -222,12 +224,15 @@ def test_dockerfile_runtime_stage() -> None:
     uid = user.split(":")[0]
     assert uid.isdigit() and int(uid) != 0, user
 
-    assert by_name["EXPOSE"] == [str(CONTAINER_PORT)]
+    assert by_name["EXPOSE"] == [f"{CONTAINER_PORT} {GRPC_PORT}"]
     assert by_name["STOPSIGNAL"] == ["SIGTERM"]
 
     env = final_env()
     assert env.get("ATTN_HOST") == "0.0.0.0"
     assert env.get("ATTN_PORT", str(CONTAINER_PORT)) == str(CONTAINER_PORT)
+    assert (
+        env.get("ATTN_GRPC_PORT", str(GRPC_PORT)) == str(GRPC_PORT) == str(Settings.model_fields["grpc_port"].default)
+    )
 
     # HEALTHCHECK: liveness, exec form, with python (slim images have no curl).
     (healthcheck,) = by_name["HEALTHCHECK"]
@@ -454,8 +459,9 @@ def test_compose_build_and_ports() -> None:
         int(str(p).rsplit(":", 1)[-1].split("/")[0]) if not isinstance(p, dict) else int(p["target"])
         for p in service["ports"]
     ]
-    assert targets == [CONTAINER_PORT]
+    assert targets == [CONTAINER_PORT, GRPC_PORT]
     assert compose_environment().get("ATTN_PORT", str(CONTAINER_PORT)) == str(CONTAINER_PORT)
+    assert compose_environment().get("ATTN_GRPC_PORT", str(GRPC_PORT)) == str(GRPC_PORT)
 
 
 def test_compose_env_names_are_settings() -> None:
@@ -608,13 +614,18 @@ def test_k8s_api_keys_come_from_a_secret() -> None:
 
 def test_k8s_probes() -> None:
     container = deployment_container()
-    (port,) = container["ports"]
+    port, grpc_port = container["ports"]
     assert port["containerPort"] == CONTAINER_PORT == int(configmap_env().get("ATTN_PORT", CONTAINER_PORT))
-    expected = {"startupProbe": "/readyz", "readinessProbe": "/readyz", "livenessProbe": "/healthz"}
+    assert grpc_port["containerPort"] == GRPC_PORT == int(configmap_env().get("ATTN_GRPC_PORT", GRPC_PORT))
+    expected = {"startupProbe": "/readyz", "livenessProbe": "/healthz"}
     for probe_name, path in expected.items():
         probe = container[probe_name]["httpGet"]
         assert probe["path"] == path, probe_name
         assert probe["port"] in {port["name"], port["containerPort"]}, probe_name
+    # Readiness through gRPC's health service (the kubelet's native grpc probe: a port number, no name).
+    ready = container["readinessProbe"]["grpc"]
+    assert ready == {"port": GRPC_PORT, "service": "inference.GRPCInferenceService"}
+    assert configmap_env().get("ATTN_GRPC_ENABLED", "true") == "true"
     startup = container["startupProbe"]
     # The ONNX warm-up: at least a minute before the kubelet gives up.
     assert startup["failureThreshold"] * startup.get("periodSeconds", 10) >= 60
@@ -670,8 +681,10 @@ def test_k8s_service_hpa_pdb_select_the_pods() -> None:
 
     service = resource("Service")
     assert service["spec"]["selector"].items() <= pod_labels.items()
-    (port,) = service["spec"]["ports"]
-    assert port["targetPort"] in {deployment_container()["ports"][0]["name"], CONTAINER_PORT}
+    http, grpc = service["spec"]["ports"]
+    assert http["targetPort"] in {deployment_container()["ports"][0]["name"], CONTAINER_PORT}
+    assert grpc["targetPort"] in {deployment_container()["ports"][1]["name"], GRPC_PORT}
+    assert grpc["appProtocol"] == "grpc"  # meshes and gateways balance gRPC per call
 
     kinds = {doc["kind"] for _, doc in manifests()}
     if "HorizontalPodAutoscaler" in kinds:

@@ -51,6 +51,10 @@ def isvc() -> dict[str, Any]:
     return load(KSERVE / "inferenceservice.yaml")
 
 
+def grpc_isvc() -> dict[str, Any]:
+    return load(KSERVE / "inferenceservice-grpc.yaml")
+
+
 def runtime_container() -> dict[str, Any]:
     (container,) = runtime()["spec"]["containers"]
     return container
@@ -60,8 +64,12 @@ def runtime_env() -> dict[str, str]:
     return {e["name"]: e["value"] for e in runtime_container()["env"] if "value" in e}
 
 
-def test_kserve_files_are_the_two_resources() -> None:
-    assert sorted(p.name for p in KSERVE.iterdir()) == ["inferenceservice.yaml", "servingruntime.yaml"]
+def test_kserve_files_are_the_runtime_and_two_inference_services() -> None:
+    assert sorted(p.name for p in KSERVE.iterdir()) == [
+        "inferenceservice-grpc.yaml",
+        "inferenceservice.yaml",
+        "servingruntime.yaml",
+    ]
     rt, svc = runtime(), isvc()
     assert (rt["apiVersion"], rt["kind"]) == ("serving.kserve.io/v1alpha1", "ServingRuntime")
     assert (svc["apiVersion"], svc["kind"]) == ("serving.kserve.io/v1beta1", "InferenceService")
@@ -69,7 +77,7 @@ def test_kserve_files_are_the_two_resources() -> None:
 
 def test_runtime_speaks_v2_and_names_its_model_format() -> None:
     spec = runtime()["spec"]
-    assert spec["protocolVersions"] == ["v2"]
+    assert spec["protocolVersions"] == ["v2", "grpc-v2"]
     assert spec.get("multiModel", False) is False
     formats = {f["name"] for f in spec["supportedModelFormats"]}
     assert formats <= SERVED_MODELS and formats, formats
@@ -88,6 +96,17 @@ def test_inference_service_uses_the_runtime() -> None:
     assert "storageUri" not in model and "storage" not in model
     # Named after a served model: its predictor host answers /v2/models/<name>/infer.
     assert svc["metadata"]["name"] in SERVED_MODELS
+
+
+def test_grpc_inference_service_routes_http2_to_the_grpc_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    """KServe exposes one port per predictor: for grpc-v2 it is named h2c and is the runtime's gRPC port."""
+    rest, grpc = isvc()["spec"]["predictor"], grpc_isvc()["spec"]["predictor"]
+    assert grpc["model"]["protocolVersion"] == "grpc-v2" and grpc["model"]["runtime"] == runtime()["metadata"]["name"]
+    assert grpc["model"]["modelFormat"] == rest["model"]["modelFormat"]
+    (port,) = grpc["model"]["ports"]
+    settings = settings_from(monkeypatch, runtime_env())
+    assert port["name"] == "h2c" and port["containerPort"] == settings.grpc_port == 9000 and settings.grpc_enabled
+    assert {k: v for k, v in grpc.items() if k != "model"} == {k: v for k, v in rest.items() if k != "model"}
 
 
 def test_runtime_image_is_the_service_image() -> None:
