@@ -108,7 +108,8 @@ def call(path: str, fields: dict[str, Any], *, onnx: bool) -> Answer:
     from service.app import create_app
     from service.settings import Settings
 
-    app = create_app(Settings(enable_onnx=onnx, api_keys=None))
+    # No API keys (nothing crosses a network) and no gRPC listener (it would take ATTN_GRPC_PORT from a server).
+    app = create_app(Settings(enable_onnx=onnx, api_keys=None, grpc_enabled=False))
     body = encode_body(fields)
 
     async def run() -> Answer:
