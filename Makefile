@@ -8,7 +8,7 @@ LOCK   := requirements.lock
 # pip-compile (pip-tools) writes the locks: exact versions with every file's sha256.
 PIP_COMPILE := $(BIN)/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: serve check format unasync test screenshots bench bench-engines bench-sample bench-http load-test export-models image smoke-podman lock lock-upgrade clean
+.PHONY: serve check format unasync test test-floors screenshots bench bench-engines bench-sample bench-http load-test export-models image smoke-podman lock lock-upgrade clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,25 @@ format: $(VENV)/.installed-test
 
 test: check $(VENV)/.installed-test
 	$(BIN)/python -m pytest
+
+# Every direct dependency at its declared minimum (pyproject.toml's >= floors, with the client and export
+# extras; tests/packaging/floors.py derives the constraints and checks the venv holds exactly them), in a venv
+# of its own: the smoke with ONNX required, the end-to-end tests, ONNX parity, the export and uvicorn protocol
+# tests. A floor that stopped working (an import, uvicorn loading our protocol, ONNX Runtime loading the graphs,
+# which would silently leave numpy serving) fails here, not in a user's install. About two minutes.
+FLOORS_VENV ?= build/venv-floors
+FLOORS_EXTRAS := --extra client --extra export
+FLOORS_TESTS := tests/packaging/test_floors.py tests/e2e tests/engines/test_onnx_parity.py \
+	tests/engines/test_backward_parity.py tests/export tests/hardening/test_protocol_writes.py
+test-floors:
+	rm -rf $(FLOORS_VENV)
+	$(PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PYTHON) tests/packaging/floors.py $(FLOORS_EXTRAS) > $(FLOORS_VENV)/floors.txt
+	$(FLOORS_VENV)/bin/python -m pip install --quiet -c $(FLOORS_VENV)/floors.txt -e ./clients/python -e '.[export]' \
+		'pytest>=8,<10' 'hypothesis>=6.100,<7' 'tritonclient[http]>=2.50,<3'
+	$(FLOORS_VENV)/bin/python tests/packaging/floors.py $(FLOORS_EXTRAS) --check
+	ATTN_ONNX_REQUIRED=true $(FLOORS_VENV)/bin/python -m pytest -p no:cacheprovider -q $(FLOORS_TESTS)
 
 # Refresh the playground screenshots the README shows (needs Debian's chromium: apt-get install -y chromium).
 screenshots: $(VENV)/.installed-test
