@@ -12,9 +12,32 @@ package. The ``client`` extra depends on it (``service.client`` and the command
 line's remote calls use it when it is installed).
 """
 
+import shutil
+from pathlib import Path
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+
+class BuildPy(build_py):
+    """setuptools' build_py, with ``build/lib`` holding this distribution's packages only.
+
+    A wheel takes everything under ``build/lib``, which setuptools never cleans: a checkout that built a
+    wheel when this distribution still carried ``attention_client`` would ship it again from there.
+    """
+
+    def run(self) -> None:
+        own = {name.split(".")[0] for name in self.packages or []}
+        base = Path(self.build_lib)
+        if base.is_dir():
+            for entry in base.iterdir():
+                if entry.is_dir() and entry.name not in own:
+                    shutil.rmtree(entry)
+        super().run()
+
 
 setup(
+    cmdclass={"build_py": BuildPy},
     packages=[*find_packages(include=["service", "service.*"]), "service.models"],
     package_dir={"service.models": "models"},
     package_data={
