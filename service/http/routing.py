@@ -15,6 +15,8 @@ from typing import Any
 from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match, Route, request_response
+from starlette.types import Scope
 
 from service.http.errors import V2_ERRORS, v2_error
 
@@ -48,11 +50,24 @@ def operation_id(route: APIRoute) -> str:
 
 
 class RawRoute(APIRoute):
-    """A route documented by FastAPI whose endpoint is called with the ``Request`` and its path parameters."""
+    """A route documented by FastAPI whose endpoint is called with the ``Request`` and its path parameters.
+
+    It is served as a plain Starlette route: Starlette's ``request_response`` (FastAPI's adds two
+    ``AsyncExitStack`` per request, for dependencies with ``yield`` and uploaded files, which these
+    endpoints never have) and Starlette's matching (FastAPI's looks for the context of an included
+    router first; these routes are the app's own).
+    """
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         kwargs.setdefault("generate_unique_id_function", operation_id)
         super().__init__(path, endpoint, **kwargs)
+        self.app = request_response(self.get_route_handler())
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child_scope = Route.matches(self, scope)
+        if match != Match.NONE:
+            child_scope["route"] = self
+        return match, child_scope
 
     def get_route_handler(self) -> Handler:
         endpoint = self.endpoint
