@@ -60,8 +60,6 @@ COPY pyproject.toml README.md setup.py MANIFEST.in ./
 COPY service/ service/
 # The ONNX graphs become package data (service/models inside the installed package; see setup.py).
 COPY models/ models/
-# The Python client (clients/python) is part of the server's install: `service.client` and the CLI use it.
-COPY clients/python/attention_client/ clients/python/attention_client/
 # --no-deps: the dependencies are in already, exactly as locked (and with
 # EXTRAS=gpu, the CPU onnxruntime of the base dependencies must stay out).
 RUN /opt/venv/bin/pip install --no-cache-dir --no-deps . \
