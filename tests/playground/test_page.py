@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -121,50 +122,168 @@ def test_weights_follow_the_temperature(page: Any, shots: Path) -> None:
     assert page.errors == [] and page.outside == []
 
 
+def png_pixels(data: bytes) -> list[list[tuple[int, ...]]]:
+    """The pixels of an 8-bit RGB or RGBA PNG (what Chromium's screenshots are), as rows of tuples."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height, channels = 8, b"", 0, 0, 0
+    while pos < len(data):
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        kind, chunk = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            width, height = int.from_bytes(chunk[:4], "big"), int.from_bytes(chunk[4:8], "big")
+            assert chunk[8] == 8 and chunk[12] == 0, "8-bit, not interlaced"
+            channels = {2: 3, 6: 4}[chunk[9]]
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + length
+    raw, stride, rows, prev = zlib.decompress(idat), width * channels, [], bytearray(width * channels)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for x in range(stride):
+            a = line[x - channels] if x >= channels else 0
+            b, c = prev[x], prev[x - channels] if x >= channels else 0
+            if kind == 1:
+                line[x] = (line[x] + a) & 255
+            elif kind == 2:
+                line[x] = (line[x] + b) & 255
+            elif kind == 3:
+                line[x] = (line[x] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append([tuple(line[x : x + 3]) for x in range(0, stride, channels)])
+        prev = line
+    return rows
+
+
+def cell_pixels(page: Any, head: int, i: int, j: int) -> set[tuple[int, ...]]:
+    """The colours painted inside one heatmap cell (2 px in from its edges, clear of the grid lines)."""
+    box = page.locator(f'#heatmaps svg[data-head="{head}"] rect.cell[data-i="{i}"][data-j="{j}"]').bounding_box()
+    clip = {"x": box["x"] + 2, "y": box["y"] + 2, "width": box["width"] - 4, "height": box["height"] - 4}
+    return {px for row in png_pixels(page.screenshot(clip=clip)) for px in row}
+
+
 def cells(page: Any) -> list[tuple[int, int, int, float, bool]]:
-    """(head, query, key, weight, drawn empty) of every heatmap cell; empty means nothing is painted."""
+    """(head, query, key, weight, masked) of every heatmap cell, as the page marks it."""
     got = page.eval_on_selector_all(
         "#heatmaps svg.heatmap rect.cell",
         "rs => rs.map(r => [+r.closest('svg').dataset.head, +r.dataset.i, +r.dataset.j, +r.dataset.w,"
-        " getComputedStyle(r).fill === 'none'])",
+        " r.dataset.masked === 'true' && r.classList.contains('masked')])",
     )
     return [tuple(c) for c in got]
 
 
+def heatmap_drawn(page: Any, key: str, mask: str = "", scale: str = "") -> None:
+    """Wait for the heatmaps of these settings: causal|padding|normalizer|temperature, explicit mask, colour scale."""
+    extra = (f'[data-mask="{mask}"]' if mask else "") + (f'[data-scale="{scale}"]' if scale else "")
+    page.wait_for_selector(f'#heatmaps[data-key="{key}"]{extra}', timeout=20_000)
+
+
 def test_heatmap_masks(page: Any, shots: Path) -> None:
-    page.wait_for_selector('#heatmaps[data-key="false|false|softmax|1.0"]', timeout=20_000)
+    heatmap_drawn(page, "false|false|softmax|1.0")
     before = cells(page)
-    assert len(before) == 2 * 8 * 8 and all(w > 0 and not empty for *_, w, empty in before)
+    assert len(before) == 2 * 8 * 8 and all(w > 0 and not masked for *_, w, masked in before)
     assert page.locator("#head-diagnostics tbody tr").count() == 2
 
     page.check("#causal")
-    page.wait_for_selector('#heatmaps[data-key="true|false|softmax|1.0"]', timeout=20_000)
-    # the cells are redrawn once per event the checkbox fires (input, change): wait until the last
-    # drawing has its style (a cell of weight 0 is painted with nothing)
-    wait_until(
-        page,
-        "() => [...document.querySelectorAll('#heatmaps rect.cell')].every("
-        "r => (+r.dataset.w > 0) === (getComputedStyle(r).fill !== 'none'))",
-    )
+    heatmap_drawn(page, "true|false|softmax|1.0")
     after = cells(page)
     upper = [c for c in after if c[2] > c[1]]
     lower = [c for c in after if c[2] <= c[1]]
-    assert len(upper) == 2 * 28 and all(w == 0 and empty for *_, w, empty in upper)  # the upper triangle is empty
-    assert all(w > 0 and not empty for *_, w, empty in lower)
+    assert len(upper) == 2 * 28 and all(w == 0 and masked for *_, w, masked in upper)  # the upper triangle: masked
+    assert all(w > 0 and not masked for *_, w, masked in lower)
     for head in (0, 1):  # each row still sums to 1
         rows = np.zeros(8)
-        for h, i, _j, w, _e in after:
+        for h, i, _j, w, _m in after:
             rows[i] += w if h == head else 0
         np.testing.assert_allclose(rows, 1.0, atol=1e-12)
-    page.locator("#panel-heatmap").screenshot(path=str(shots / "playground-heatmap.png"))
 
     page.fill("#valid-keys", "5")
     page.check("#padding")
-    page.wait_for_selector('#heatmaps[data-key="true|true|softmax|1.0"]', timeout=20_000)
+    heatmap_drawn(page, "true|true|softmax|1.0")
     padded = cells(page)
-    assert all(w == 0 and empty for _h, i, j, w, empty in padded if j >= 5 or j > i)
-    assert all(w > 0 for _h, i, j, w, _e in padded if j < 5 and j <= i)
+    assert all(w == 0 and masked for _h, i, j, w, masked in padded if j >= 5 or j > i)  # key padding: masked too
+    assert all(w > 0 and not masked for _h, i, j, w, masked in padded if j < 5 and j <= i)
     assert "collapsed" in page.text_content("#head-diagnostics") or "–" in page.text_content("#head-diagnostics")
+    page.locator("#panel-heatmap").screenshot(path=str(shots / "playground-heatmap.png"))
+    assert page.errors == [] and page.outside == []
+
+
+def test_heatmap_colour_bar(page: Any) -> None:
+    """Every heatmap has a colour bar with its tick values, on the weights' 0..1 scale or the data's range."""
+    heatmap_drawn(page, "false|false|softmax|1.0")
+    bars = page.eval_on_selector_all(
+        "#heatmaps svg.heatmap",
+        "ss => ss.map(s => { const bar = s.querySelector('g.colorbar');"
+        " return bar && [+bar.dataset.min, +bar.dataset.max,"
+        " [...bar.querySelectorAll('text.tick')].map(t => t.textContent),"
+        " [...bar.querySelectorAll('.range-mark')].map(m => +m.dataset.value), s.getAttribute('aria-label')]; })",
+    )
+    assert len(bars) == 2
+    for bar in bars:
+        assert bar is not None, "a heatmap without a colour bar"
+        low, high, ticks, marks, label = bar
+        assert (low, high) == (0, 1) and ticks == ["0", "0.25", "0.5", "0.75", "1"]
+        assert len(marks) == 2 and 0 < marks[0] < marks[1] < 1  # this head's smallest and largest weight
+        assert "0 to 1" in label
+    assert "fixed 0 to 1 scale" in page.text_content("#heat-summary")
+
+    page.select_option("#heat-scale", "data")  # the data's range: 0 to the largest weight of all heads
+    heatmap_drawn(page, "false|false|softmax|1.0", scale="data")
+    top = max(w for *_, w, _m in cells(page))
+    high = page.eval_on_selector_all("#heatmaps g.colorbar", "bs => bs.map(b => +b.dataset.max)")
+    assert high == [top, top] and top < 1
+    ticks = page.eval_on_selector(
+        "#heatmaps g.colorbar", "b => [...b.querySelectorAll('text.tick')].map(t => +t.dataset.value)"
+    )
+    assert ticks[0] == 0 and ticks[-1] == pytest.approx(top) and len(ticks) == 5
+    assert "largest weight shown" in page.text_content("#heat-summary")
+    assert page.errors == [] and page.outside == []
+
+
+def test_masked_cells_differ_from_zero_weights(page: Any, shots: Path) -> None:
+    """Masked (the request's causal mask, padding or explicit mask) is hatched; an exact 0 of sparsemax is white."""
+    heatmap_drawn(page, "false|false|softmax|1.0")
+    page.select_option("#heat-normalizer", "sparsemax")
+    page.check("#causal")
+    heatmap_drawn(page, "true|false|sparsemax|1.0")
+    got = cells(page)
+    masked = [c for c in got if c[4]]
+    zeros = [c for c in got if c[3] == 0 and not c[4]]
+    upper = {(h, i, j) for h in (0, 1) for i in range(8) for j in range(8) if j > i}
+    assert {(h, i, j) for h, i, j, _w, _m in masked} == upper
+    assert len(zeros) > 5, "sparsemax gives exact zeros inside the causal triangle"
+    fills = page.eval_on_selector_all(
+        "#heatmaps svg[data-head='0'] rect.cell", "rs => rs.map(r => [r.dataset.masked, getComputedStyle(r).fill])"
+    )
+    assert all(fill.startswith("url(") for m, fill in fills if m == "true")
+    assert {fill for m, fill in fills if m == "false"} >= {"rgb(255, 255, 255)"}
+    assert not any(fill.startswith("url(") for m, fill in fills if m == "false")
+    # and on screen: a masked cell shows the hatching (light and dark grey), a zero weight plain white
+    h, i, j = next((h, i, j) for h, i, j, *_ in zeros if h == 0)
+    assert cell_pixels(page, h, i, j) == {(255, 255, 255)}
+    hatched = cell_pixels(page, 0, 0, 7)
+    assert len(hatched) >= 2 and (255, 255, 255) not in hatched and min(sum(px) for px in hatched) < 3 * 180
+    for svg in range(2):  # each heatmap's legend says what the hatching and the white mean
+        legend = page.locator(f'#heatmaps svg[data-head="{svg}"] g.legend-entry')
+        assert legend.all_text_contents() == ["masked", "weight 0 (not masked)"]
+    page.locator("#panel-heatmap").screenshot(path=str(shots / "playground-heatmap-sparsemax.png"))
+
+    page.uncheck("#causal")  # an explicit mask: a local window |i - j| <= 2, from the page
+    page.select_option("#mask-kind", "window")
+    heatmap_drawn(page, "false|false|sparsemax|1.0", mask="window")
+    assert all(m == (abs(i - j) > 2) for _h, i, j, _w, m in cells(page))
+    page.select_option("#qk-source", "pasted")  # and a pasted one
+    page.select_option("#mask-kind", "pasted")
+    heatmap_drawn(page, "false|false|sparsemax|1.0", mask="pasted")
+    assert [(i, j) for _h, i, j, _w, m in cells(page) if m] == [(0, 2), (2, 0)]  # the example mask
+    page.fill("#pasted-mask", "[[true, false, true], [true, true, true], [false, false, true]]")
+    wait_until(
+        page,
+        "[...document.querySelectorAll('#heatmaps rect.cell.masked')].map(r => r.dataset.i + r.dataset.j).join()"
+        " === '01,20,21'",
+    )
     assert page.errors == [] and page.outside == []
 
 
@@ -209,6 +328,124 @@ def test_gradient_sampling_and_calibration_panels(page: Any, page_server: LiveSe
     assert page.errors == [] and page.outside == []
 
 
+def check_sweep_chart(page: Any) -> None:
+    """The scale sweep has its y axes with tick values and titles, the x axis, and a legend entry per line."""
+    page.click("#grad-run")
+    page.wait_for_selector("#grad-chart[data-source]", timeout=60_000)
+    two_axes = page.get_attribute("#grad-chart", "data-source") == "analyze"  # Jacobian norm and entropy
+    lines = page.eval_on_selector_all(
+        "#grad-chart path.line", "ps => ps.map(p => [p.dataset.series, p.dataset.axis, JSON.parse(p.dataset.values)])"
+    )
+    assert len(lines) == 2 and {axis for _, axis, _ in lines} == ({"left", "right"} if two_axes else {"left"})
+    for side in ("left", "right") if two_axes else ("left",):
+        ticks = page.eval_on_selector_all(
+            f"#grad-chart text.y-tick.{side}", "ts => ts.map(t => [t.textContent, +t.dataset.value])"
+        )
+        values = [v for _, v in ticks]
+        assert len(ticks) >= 3 and values[0] == 0 and values == sorted(values)
+        assert all(float(label) == pytest.approx(v, rel=0.05) for label, v in ticks)  # the labels are the values
+        shown = [x for _, axis, xs in lines if axis == side for x in xs]
+        assert max(shown) <= values[-1] < 2.5 * max(shown)  # the scale covers the data, not much more
+        title = page.text_content(f"#grad-chart text.y-title.{side}")
+        named = next(name for name, axis, _ in lines if axis == side)
+        assert title == (named if two_axes else "gradient norm (Frobenius)")
+    if not two_axes:  # one quantity, one axis
+        assert page.locator("#grad-chart text.y-tick.right").count() == 0
+    x_ticks = page.eval_on_selector_all("#grad-chart text.x-tick", "ts => ts.map(t => +t.dataset.value)")
+    assert x_ticks == [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50]
+    assert "scale" in page.text_content("#grad-chart text.x-title")
+    legend = page.eval_on_selector_all(
+        "#grad-chart g.legend-entry",
+        "es => es.map(e => [e.dataset.series, e.textContent, getComputedStyle(e.querySelector('line')).stroke])",
+    )
+    assert [series for series, *_ in legend] == [name for name, *_ in lines]  # one entry per line, in order
+    assert all(label.startswith(series) for series, label, _ in legend)
+    strokes = page.eval_on_selector_all("#grad-chart path.line", "ps => ps.map(p => getComputedStyle(p).stroke)")
+    assert [stroke for *_, stroke in legend] == strokes and len(set(strokes)) == 2  # the key matches each line
+
+
+def test_sweep_chart_axes_and_legend(page: Any, shots: Path) -> None:
+    check_sweep_chart(page)
+    page.evaluate("document.getElementById('panel-gradients').scrollIntoView()")  # (the clip is in the viewport)
+    panel, summary = page.locator("#panel-gradients").bounding_box(), page.locator("#grad-summary").bounding_box()
+    clip = {**panel, "height": summary["y"] + summary["height"] + 12 - panel["y"]}  # not the panel's empty foot
+    page.screenshot(path=str(shots / "playground-sweep.png"), clip=clip)
+    assert page.errors == [] and page.outside == []
+
+
+def test_sweep_chart_from_backward(page: Any, page_server: LiveServer) -> None:
+    """On a server without /v1/attention/analyze: gradient norms from /v1/attention/backward, on one axis."""
+
+    def without_analyze(route: Any) -> None:
+        schema = httpx.get(page_server.url + "/openapi.json").json()
+        del schema["paths"]["/v1/attention/analyze"]
+        route.fulfill(json=schema)
+
+    page.route("**/openapi.json", without_analyze)
+    page.reload()
+    page.fill("#grad-length", "8")
+    page.fill("#grad-dim", "8")
+    check_sweep_chart(page)
+    assert page.get_attribute("#grad-chart", "data-source") == "backward"
+    assert page.errors == [] and page.outside == []
+
+
+def refused(errors: list[str]) -> list[str]:
+    """Console errors other than the browser's own note that a request was answered 4xx."""
+    return [e for e in errors if "the server responded with a status of 4" not in e]
+
+
+def test_bad_input_clears_the_results(page: Any, shots: Path) -> None:
+    """A failed request takes down the bars, heatmaps and chart it would have replaced and says why."""
+    weights(page, "softmax|1.0|1,0.5,2.5,-0.1")
+    page.fill("#scores", "1, x")  # refused by the page
+    expect(page.locator("#bars rect.bar")).to_have_count(0)
+    expect(page.locator("#softmax-error")).to_contain_text("not a comma-separated list of numbers")
+    assert page.text_content("#entropy") == "–" and page.text_content("#support") == "–"
+    assert page.get_attribute("#scores", "aria-invalid") == "true"
+    page.fill("#scores", "1, 2")
+    np.testing.assert_allclose(weights(page, "softmax|1.0|1,2"), [0.2689, 0.7311], atol=5e-5)
+    expect(page.locator("#softmax-error")).to_have_text("")
+    page.select_option("#normalizer", "entmax")
+    page.fill("#alpha", "0.5")  # refused by the server (alpha > 1)
+    expect(page.locator("#softmax-error")).to_contain_text("422")
+    expect(page.locator("#bars rect.bar")).to_have_count(0)
+    page.fill("#alpha", "1.5")
+    weights(page, "entmax|1.0|1,2")
+
+    heatmap_drawn(page, "false|false|softmax|1.0")
+    page.select_option("#qk-source", "pasted")
+    expect(page.locator("#heatmaps svg.heatmap")).to_have_count(1, timeout=20_000)  # the example Q and K
+    page.fill("#pasted-query", "[[1, 0], [0")  # not JSON
+    expect(page.locator("#heat-error")).to_contain_text("query: ")
+    assert page.get_attribute("#pasted-query", "aria-invalid") == "true"
+    expect(page.locator("#heatmaps svg")).to_have_count(0)
+    page.fill("#pasted-query", "[[1, 0, 0]]")  # JSON, but E = 3 against the key's 2: the server says 422
+    expect(page.locator("#heat-error")).to_contain_text("422")
+    expect(page.locator("#heatmaps svg")).to_have_count(0)
+    expect(page.locator("#head-diagnostics tbody tr")).to_have_count(0)
+    expect(page.locator("#heat-summary")).to_have_text("")
+    page.locator("#pasted-query").blur()  # (no focus ring over the picture)
+    page.locator("#panel-heatmap").screenshot(path=str(shots / "playground-error.png"))
+    page.fill("#pasted-query", "[[1, 0], [0, 1]]")
+    expect(page.locator("#heatmaps rect.cell")).to_have_count(2 * 3, timeout=20_000)
+    expect(page.locator("#heat-error")).to_have_text("")
+
+    page.click("#grad-run")
+    page.wait_for_selector("#grad-chart[data-source]", timeout=60_000)
+    page.fill("#grad-dim", "0")  # E = 0: refused
+    page.click("#grad-run")
+    expect(page.locator("#grad-error")).to_contain_text("422", timeout=20_000)
+    expect(page.locator("#grad-chart path, #grad-chart text, #grad-chart g")).to_have_count(0)
+    assert page.get_attribute("#grad-chart", "data-source") is None and page.text_content("#grad-summary") == ""
+    page.fill("#grad-dim", "16")
+    page.click("#grad-run")
+    page.wait_for_selector("#grad-chart[data-source]", timeout=60_000)
+    expect(page.locator("#grad-chart path.line")).to_have_count(2)
+    expect(page.locator("#grad-error")).to_have_text("")
+    assert refused(page.errors) == [] and page.outside == []
+
+
 def test_page_headers_and_keyboard_reach(page_server: LiveServer, page: Any) -> None:
     r = httpx.get(page_server.url + "/")
     csp = r.headers["content-security-policy"]
@@ -225,6 +462,8 @@ def test_page_headers_and_keyboard_reach(page_server: LiveServer, page: Any) -> 
         "normalizer",
         "causal",
         "padding",
+        "mask-kind",
+        "heat-scale",
         "grad-run",
         "top-k",
         "calib-run",

@@ -22,11 +22,40 @@
   }
 
   function clear(svg) {
-    for (const child of [...svg.childNodes]) if (child.nodeName !== "title") svg.removeChild(child);
+    for (const child of [...svg.childNodes]) if (child.nodeName !== "title" && child.nodeName !== "desc") svg.removeChild(child);
   }
 
-  function setStatus(message) {
-    $("status").textContent = message || "";
+  // What a chart shows, in words, for screen readers: its <desc>, referenced by aria-describedby (the
+  // chart's name stays its <title>).
+  function describe(svg, content) {
+    let desc = svg.querySelector(":scope > desc");
+    if (!desc) {
+      desc = el("desc", { id: `${svg.id}-desc` }, svg);
+      svg.setAttribute("aria-describedby", desc.id);
+    }
+    desc.textContent = content;
+  }
+
+  // A panel's error line (a polite live region); "" clears it.
+  function showError(id, message) {
+    $(id).textContent = message || "";
+  }
+
+  // A failed request takes down the chart it would have replaced: nothing stale stays on screen.
+  function failChart(svg, errorId, message) {
+    clear(svg);
+    delete svg.dataset.key;
+    delete svg.dataset.source;
+    svg.dataset.state = "error";
+    svg.setAttribute("hidden", "");
+    describe(svg, `no chart: ${message}`);
+    showError(errorId, message);
+  }
+
+  function showChart(svg, errorId) {
+    svg.dataset.state = "ok";
+    svg.removeAttribute("hidden");
+    showError(errorId, "");
   }
 
   function apiKey() {
@@ -157,10 +186,15 @@
       text(svg, x + slot * 0.35, top + plotHeight - h - 6, w.toFixed(4), { "text-anchor": "middle" });
       text(svg, x + slot * 0.35, top + plotHeight + 16, labels[i], { "text-anchor": "middle" });
     });
-    svg.setAttribute("aria-label", weights.map((w, i) => `${labels[i]}: ${w.toFixed(4)}`).join(", "));
+    describe(svg, weights.map((w, i) => `${labels[i]}: ${w.toFixed(4)}${opts.removed && opts.removed[i] ? " (removed)" : ""}`).join(", "));
   }
 
   // ------------------------------------------------------------------ panel 1: scores to weights
+
+  function failSoftmax(message) {
+    failChart($("bars"), "softmax-error", message);
+    for (const id of ["entropy", "effective-support", "support"]) $(id).textContent = "–";
+  }
 
   const softmaxPanel = serialized(async () => {
     const normalizer = $("normalizer").value;
@@ -170,20 +204,22 @@
     let scores;
     try {
       scores = parseNumbers($("scores").value);
+      $("scores").removeAttribute("aria-invalid");
     } catch (e) {
-      setStatus(e.message);
+      $("scores").setAttribute("aria-invalid", "true");
+      failSoftmax(`Scores: ${e.message}`);
       return;
     }
     const body = { logits: scores, temperature, normalizer, precision: "float64" };
     if (normalizer === "entmax") body.alpha = Number($("alpha").value);
     const result = await api("v1/softmax", body);
     if (!result.ok) {
-      setStatus(problem(result));
+      failSoftmax(problem(result));
       return;
     }
-    setStatus("");
     const p = result.body.probabilities;
     const svg = $("bars");
+    showChart(svg, "softmax-error");
     drawBars(
       svg,
       p,
@@ -208,72 +244,204 @@
 
   // ------------------------------------------------------------------ panel 2: heatmap
 
-  function heatColor(w) {
-    // white -> accent blue, by weight
-    const t = Math.max(0, Math.min(1, w));
-    const r = Math.round(255 - t * (255 - 47));
-    const g = Math.round(255 - t * (255 - 111));
-    const b = Math.round(255 - t * (255 - 223));
-    return `rgb(${r},${g},${b})`;
+  // The heatmaps' colour map: white (weight 0) through blue to dark blue (the top of the scale). The colour
+  // bar beside each heatmap is drawn from the same stops.
+  const RAMP = [
+    [0, [255, 255, 255]],
+    [0.35, [158, 192, 240]],
+    [0.7, [47, 111, 223]],
+    [1, [16, 42, 110]],
+  ];
+
+  function rampColor(t) {
+    const x = Math.max(0, Math.min(1, t));
+    let k = 1;
+    while (k < RAMP.length - 1 && RAMP[k][0] < x) k++;
+    const [t0, c0] = RAMP[k - 1];
+    const [t1, c1] = RAMP[k];
+    const f = (x - t0) / (t1 - t0);
+    const c = c0.map((v, i) => Math.round(v + f * (c1[i] - v)));
+    return `rgb(${c[0]},${c[1]},${c[2]})`;
+  }
+
+  // Five evenly spaced ticks from 0 to max, written with the digits they need.
+  function scaleTicks(max) {
+    return [0, 0.25, 0.5, 0.75, 1].map((f) => {
+      const v = f * max;
+      return { value: v, label: v === 0 ? "0" : String(Number(v.toPrecision(2))) };
+    });
+  }
+
+  // A pasted JSON field; a field that does not parse is marked invalid and named in the error.
+  function pastedJSON(id, name) {
+    try {
+      const value = JSON.parse($(id).value);
+      $(id).removeAttribute("aria-invalid");
+      return value;
+    } catch (e) {
+      $(id).setAttribute("aria-invalid", "true");
+      throw new Error(`${name}: ${e.message}`);
+    }
+  }
+
+  // The rows of a nested list (its last-but-one axis): L of a query, S of a key; 0 for what is not one.
+  function rowCount(t) {
+    let x = t;
+    while (Array.isArray(x) && Array.isArray(x[0]) && Array.isArray(x[0][0])) x = x[0];
+    return Array.isArray(x) ? x.length : 0;
   }
 
   function qkInputs() {
+    let inputs;
     if ($("qk-source").value === "pasted") {
-      const query = JSON.parse($("pasted-query").value);
-      const key = JSON.parse($("pasted-key").value);
-      return { query, key, value: key };
+      const query = pastedJSON("pasted-query", "query");
+      const key = pastedJSON("pasted-key", "key");
+      inputs = { query, key, value: key };
+    } else {
+      const heads = Number($("heads").value);
+      const length = Number($("length").value);
+      const dim = Number($("dim").value);
+      const next = rng(Number($("seed").value) * 7919 + 1);
+      const query = [tensor(next, [heads, length, dim])];
+      const key = [tensor(next, [heads, length, dim])];
+      inputs = { query, key, value: key };
     }
-    const heads = Number($("heads").value);
-    const length = Number($("length").value);
-    const dim = Number($("dim").value);
-    const next = rng(Number($("seed").value) * 7919 + 1);
-    const query = [tensor(next, [heads, length, dim])];
-    const key = [tensor(next, [heads, length, dim])];
-    return { query, key, value: key };
+    const maskKind = $("mask-kind").value;
+    if (maskKind === "pasted") {
+      inputs.mask = pastedJSON("pasted-mask", "mask");
+    } else if (maskKind === "window") {
+      // a boolean [L, S] mask (true = may attend), broadcast over batches and heads
+      const L = rowCount(inputs.query);
+      const S = rowCount(inputs.key);
+      inputs.mask = Array.from({ length: L }, (_, i) => Array.from({ length: S }, (_, j) => Math.abs(i - j) <= 2));
+    }
+    return inputs;
   }
 
-  function drawHeatmap(container, weights, head) {
+  let uid = 0;
+
+  // One head's weights as a grid of cells (queries down, keys across) with its colour bar. A masked cell
+  // (its score is -inf: the request's causal mask, key padding or explicit mask removed it) is hatched grey;
+  // a weight of exactly 0 that was not masked (sparsemax, entmax, relu) is white, the bottom of the scale.
+  function drawHeatmap(container, weights, masked, head, scale) {
     const L = weights.length;
     const S = weights[0].length;
-    const size = 200;
-    const cell = size / Math.max(L, S);
+    const grid = 160;
+    const gx = 32;
+    const gy = 22;
+    const cell = grid / Math.max(L, S);
+    const bx = gx + grid + 14; // colour bar
+    const barWidth = 12;
+    const id = ++uid;
     const figure = document.createElement("figure");
     const svg = el("svg", {
-      viewBox: `0 0 ${size + 20} ${size + 20}`,
+      viewBox: "0 0 262 216",
       role: "img",
       class: "heatmap",
       "data-head": head,
-      "aria-label": `weights of head ${head}: ${L} queries by ${S} keys`,
+      "data-scale-max": scale.max,
     });
+    const defs = el("defs", {}, svg);
+    const hatch = el("pattern", { id: `hatch-${id}`, class: "hatch", patternUnits: "userSpaceOnUse", width: 5, height: 5, patternTransform: "rotate(45)" }, defs);
+    el("rect", { width: 5, height: 5, fill: "#e9ebf0" }, hatch);
+    el("line", { x1: 0, y1: 0, x2: 0, y2: 5, stroke: "#7b8394", "stroke-width": 2 }, hatch);
+    const gradient = el("linearGradient", { id: `ramp-${id}`, x1: 0, y1: 1, x2: 0, y2: 0 }, defs);
+    for (const [t] of RAMP) el("stop", { offset: t, "stop-color": rampColor(t) }, gradient);
+    const hatchFill = `url(#hatch-${id})`;
+
+    let nMasked = 0;
+    let nZero = 0;
+    let min = Infinity;
+    let max = -Infinity;
     for (let i = 0; i < L; i++) {
       for (let j = 0; j < S; j++) {
         const w = weights[i][j];
-        const attrs = { x: 18 + j * cell, y: 2 + i * cell, width: cell, height: cell, "data-i": i, "data-j": j, "data-w": w };
-        if (w > 0) {
-          el("rect", { ...attrs, class: "cell", fill: heatColor(w) }, svg);
+        const m = masked[i][j];
+        const attrs = { x: gx + j * cell, y: gy + i * cell, width: cell, height: cell, "data-i": i, "data-j": j, "data-w": w, "data-masked": m };
+        let title;
+        if (m) {
+          nMasked++;
+          el("rect", { ...attrs, class: "cell masked", fill: hatchFill }, svg);
+          title = `query ${i}, key ${j}: masked`;
         } else {
-          el("rect", { ...attrs, class: "cell cell-empty" }, svg);
+          min = Math.min(min, w);
+          max = Math.max(max, w);
+          if (w === 0) nZero++;
+          el("rect", { ...attrs, class: w === 0 ? "cell zero" : "cell", fill: rampColor(w / scale.max) }, svg);
+          title = `query ${i}, key ${j}: weight ${w.toFixed(4)}`;
         }
+        el("title", {}, svg.lastChild).textContent = title;
       }
     }
-    text(svg, 2, 12, "q", {});
-    text(svg, size + 4, size + 16, "k", {});
+    const every = cell >= 14 ? 1 : 2;
+    for (let j = 0; j < S; j += every) text(svg, gx + (j + 0.5) * cell, gy + grid + 11, String(j), { class: "index", "text-anchor": "middle" });
+    for (let i = 0; i < L; i += every) text(svg, gx - 3, gy + (i + 0.5) * cell + 3, String(i), { class: "index", "text-anchor": "end" });
+    text(svg, gx, 14, "key →", { class: "axis-title" });
+    text(svg, 11, gy, "query →", { class: "axis-title", "text-anchor": "end", transform: `rotate(-90 11 ${gy})` });
+
+    // the colour bar: the scale's ticks on its right, this head's smallest and largest weights on its left
+    const by = (v) => gy + grid - (v / scale.max) * grid;
+    const bar = el("g", { class: "colorbar", "data-min": 0, "data-max": scale.max }, svg);
+    el("rect", { x: bx, y: gy, width: barWidth, height: grid, fill: `url(#ramp-${id})`, class: "colorbar-ramp" }, bar);
+    for (const tick of scaleTicks(scale.max)) {
+      el("line", { class: "axis", x1: bx + barWidth, y1: by(tick.value), x2: bx + barWidth + 3, y2: by(tick.value) }, bar);
+      text(bar, bx + barWidth + 5, by(tick.value) + 3.5, tick.label, { class: "tick", "data-value": tick.value });
+    }
+    text(svg, bx + barWidth / 2, 14, scale.title, { class: "axis-title", "text-anchor": "middle" });
+    if (Number.isFinite(min)) {
+      for (const [what, v] of [["min", min], ["max", max]]) {
+        const y = by(Math.min(v, scale.max));
+        const mark = el("polygon", { class: `range-mark ${what}`, points: `${bx - 6},${y - 3.5} ${bx},${y} ${bx - 6},${y + 3.5}`, "data-value": v }, bar);
+        el("title", {}, mark).textContent = `${what}imum weight of this head (unmasked cells): ${v.toFixed(4)}`;
+      }
+    }
+
+    // the legend: what hatched and white cells mean
+    const ly = gy + grid + 18;
+    const masked0 = el("g", { class: "legend-entry", "data-kind": "masked" }, svg);
+    el("rect", { x: gx, y: ly, width: 10, height: 10, fill: hatchFill, class: "swatch" }, masked0);
+    text(masked0, gx + 14, ly + 9, "masked", { class: "legend" });
+    const zero0 = el("g", { class: "legend-entry", "data-kind": "zero" }, svg);
+    el("rect", { x: gx + 66, y: ly, width: 10, height: 10, fill: rampColor(0), class: "swatch" }, zero0);
+    text(zero0, gx + 80, ly + 9, "weight 0 (not masked)", { class: "legend" });
+
+    const range = Number.isFinite(min) ? `unmasked weights ${min.toFixed(3)} to ${max.toFixed(3)}` : "every cell masked";
+    const shortRange = Number.isFinite(min) ? `unmasked weights ${min.toFixed(3)}–${max.toFixed(3)}` : range;
+    svg.setAttribute(
+      "aria-label",
+      `weights of head ${head}: ${L} queries by ${S} keys, ${nMasked} masked cells, ${nZero} unmasked cells of weight 0, ` +
+        `${range}; colour scale ${scale.label}`,
+    );
     figure.appendChild(svg);
     const caption = document.createElement("figcaption");
-    caption.textContent = `head ${head}`;
+    caption.textContent = `head ${head} · ${shortRange}`;
     figure.appendChild(caption);
     container.appendChild(figure);
+  }
+
+  function failHeatmap(message) {
+    const container = $("heatmaps");
+    container.textContent = "";
+    delete container.dataset.key;
+    delete container.dataset.mask;
+    delete container.dataset.scale;
+    container.dataset.state = "error";
+    $("head-diagnostics").querySelector("tbody").textContent = "";
+    $("head-diagnostics").hidden = true;
+    $("heat-summary").textContent = "";
+    showError("heat-error", message);
   }
 
   const heatmapPanel = serialized(async () => {
     const temperature = Number($("heat-temperature").value);
     $("heat-temperature-value").textContent = temperature.toFixed(1);
     $("pasted-inputs").hidden = $("qk-source").value !== "pasted";
+    $("mask-input").hidden = $("mask-kind").value !== "pasted";
     let inputs;
     try {
       inputs = qkInputs();
     } catch (e) {
-      setStatus(`Q/K: ${e.message}`);
+      failHeatmap(e.message);
       return;
     }
     const body = {
@@ -282,24 +450,43 @@
       normalizer: $("heat-normalizer").value,
       temperature,
       precision: "float64",
-      return: ["weights", "diagnostics"],
+      return: ["weights", "scores", "diagnostics"],
     };
+    if (rowCount(inputs.key) > 0) $("valid-keys").max = String(rowCount(inputs.key)); // a key length counts keys: 0 to S
     if ($("padding").checked) {
-      const batches = Array.isArray(inputs.query[0][0][0]) ? inputs.query.length : 1;
+      const batches = Array.isArray(inputs.query?.[0]?.[0]?.[0]) ? inputs.query.length : 1;
       body.key_lengths = Array(batches).fill(Number($("valid-keys").value));
     }
     const result = await api("v1/attention", body);
     if (!result.ok) {
-      setStatus(problem(result));
+      failHeatmap(problem(result));
       return;
     }
-    setStatus("");
-    let weights = result.body.weights;
-    while (!Array.isArray(weights[0][0][0])) weights = [weights]; // to (B, H, L, S)
+    showError("heat-error", "");
+    const toBHLS = (t) => {
+      let x = t;
+      while (!Array.isArray(x[0][0][0])) x = [x];
+      return x;
+    };
+    const weights = toBHLS(result.body.weights);
+    // masked = the score is -inf (null in JSON): what the request's causal mask, key lengths and mask removed
+    const scores = toBHLS(result.body.scores);
+    const masked = scores[0].map((head) => head.map((row) => row.map((s) => s === null)));
+    let scale = { max: 1, title: "weight, 0–1", label: "weights on the fixed 0 to 1 scale" };
+    if ($("heat-scale").value === "data") {
+      let top = 0;
+      weights[0].forEach((w, h) => w.forEach((row, i) => row.forEach((v, j) => (top = masked[h][i][j] ? top : Math.max(top, v)))));
+      scale =
+        top > 0
+          ? { max: top, title: "weight, 0–max", label: `0 to the largest weight shown (${top.toFixed(3)})` }
+          : { max: 1, title: "weight, 0–1", label: "0 to 1 (no unmasked weight above 0 to scale to)" };
+    }
     const container = $("heatmaps");
     container.textContent = "";
-    weights[0].forEach((w, h) => drawHeatmap(container, w, h));
+    container.dataset.state = "ok";
+    weights[0].forEach((w, h) => drawHeatmap(container, w, masked[h], h, scale));
     const diagnostics = result.body.diagnostics;
+    $("head-diagnostics").hidden = false;
     const tbody = $("head-diagnostics").querySelector("tbody");
     tbody.textContent = "";
     for (const h of diagnostics.heads) {
@@ -313,65 +500,144 @@
       tbody.appendChild(row);
     }
     $("heat-summary").textContent =
-      `fully masked rows ${diagnostics.fully_masked_rows} · saturated rows ${diagnostics.saturated_rows} · ` +
+      `colour: ${scale.label}; hatched: masked (score −∞) · fully masked rows ${diagnostics.fully_masked_rows} · saturated rows ${diagnostics.saturated_rows} · ` +
       `engine ${result.body.engine.name}`;
     container.dataset.key = `${body.causal}|${$("padding").checked}|${body.normalizer}|${temperature.toFixed(1)}`;
+    container.dataset.mask = $("mask-kind").value;
+    container.dataset.scale = $("heat-scale").value;
   });
 
-  for (const id of ["qk-source", "seed", "heads", "length", "dim", "causal", "padding", "valid-keys", "heat-normalizer", "heat-temperature", "pasted-query", "pasted-key"]) {
-    $(id).addEventListener("input", heatmapPanel);
-    $(id).addEventListener("change", heatmapPanel);
-  }
+  // one redraw per change: "change" for check boxes and menus, "input" (each keystroke, each step) for the rest
+  for (const id of ["qk-source", "causal", "padding", "heat-normalizer", "mask-kind", "heat-scale"]) $(id).addEventListener("change", heatmapPanel);
+  for (const id of ["seed", "heads", "length", "dim", "valid-keys", "heat-temperature", "pasted-query", "pasted-key", "pasted-mask"]) $(id).addEventListener("input", heatmapPanel);
 
   // ------------------------------------------------------------------ line charts
 
-  function drawLines(svg, xs, series, xLabel) {
+  // Ticks from 0 to at least max at a round step (1, 2 or 5 times a power of ten), with their labels.
+  function axisTicks(max) {
+    const top = max > 0 && Number.isFinite(max) ? max : 1;
+    const raw = top / 5;
+    const magnitude = 10 ** Math.floor(Math.log10(raw));
+    const n = raw / magnitude;
+    const step = (n <= 1 ? 1 : n <= 2 ? 2 : n <= 5 ? 5 : 10) * magnitude;
+    const count = Math.ceil(top / step - 1e-9);
+    const decimals = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+    const label = (v) => (v === 0 ? "0" : step < 1e-3 ? v.toExponential(1) : v.toFixed(decimals));
+    const ticks = Array.from({ length: count + 1 }, (_, i) => {
+      const value = Number((i * step).toPrecision(12));
+      return { value, label: label(value) };
+    });
+    return { hi: count * step, ticks };
+  }
+
+  const scaleLabel = (x) => String(Number(x.toPrecision(2)));
+
+  // Lines over a log x axis. Each series names its y axis ("left" or "right"), each axis has its own ticks
+  // from 0 and its title; the legend names every line with its colour, dash and marker.
+  function drawLines(svg, xs, series, options) {
     clear(svg);
-    const left = 50;
-    const right = 600;
-    const top = 16;
-    const bottom = 220;
+    const opts = options || {};
+    const left = 72;
+    const right = 568;
+    const top = 46;
+    const bottom = 232;
     const lx = xs.map(Math.log10);
     const x0 = Math.min(...lx);
     const x1 = Math.max(...lx);
     const px = (x) => left + ((Math.log10(x) - x0) / (x1 - x0 || 1)) * (right - left);
-    el("line", { class: "axis", x1: left, y1: bottom, x2: right, y2: bottom }, svg);
-    el("line", { class: "axis", x1: left, y1: top, x2: left, y2: bottom }, svg);
-    xs.forEach((x, i) => {
-      if (i % 2 === 0) text(svg, px(x), bottom + 16, x < 0.1 ? x.toPrecision(1) : String(Number(x.toPrecision(2))), { "text-anchor": "middle" });
-    });
-    text(svg, (left + right) / 2, bottom + 34, xLabel, { "text-anchor": "middle" });
+    const axes = {};
+    for (const side of ["left", "right"]) {
+      const on = series.filter((s) => s.axis === side);
+      if (on.length === 0) continue;
+      const { hi, ticks } = axisTicks(Math.max(...on.flatMap((s) => s.values)));
+      axes[side] = { hi, ticks, title: on.length === 1 ? on[0].name : opts.yLabel, cls: on.length === 1 ? `s${series.indexOf(on[0])}` : "" };
+    }
+    const py = (side, v) => bottom - (v / axes[side].hi) * (bottom - top);
+
+    // series first (the first <path> is the first series)
     series.forEach((s, k) => {
-      const max = Math.max(...s.values, 1e-12);
-      const py = (v) => bottom - (v / max) * (bottom - top);
-      const d = s.values.map((v, i) => `${i === 0 ? "M" : "L"}${px(xs[i]).toFixed(1)},${py(v).toFixed(1)}`).join(" ");
-      el("path", { class: k === 0 ? "line" : "line second", d, "data-series": s.name, "data-values": JSON.stringify(s.values) }, svg);
-      text(svg, right - 4, top + 14 + k * 16, `${s.name} (max ${max.toPrecision(3)})`, { "text-anchor": "end", class: "legend" });
+      const d = s.values.map((v, i) => `${i === 0 ? "M" : "L"}${px(xs[i]).toFixed(1)},${py(s.axis, v).toFixed(1)}`).join(" ");
+      el("path", { class: `line s${k}`, d, "data-series": s.name, "data-axis": s.axis, "data-values": JSON.stringify(s.values) }, svg);
+      s.values.forEach((v, i) => {
+        const x = px(xs[i]);
+        const y = py(s.axis, v);
+        const point = k === 0 ? el("circle", { class: `point s${k}`, cx: x, cy: y, r: 3 }, svg) : el("rect", { class: `point s${k}`, x: x - 3, y: y - 3, width: 6, height: 6 }, svg);
+        el("title", {}, point).textContent = `scale ${scaleLabel(xs[i])}: ${s.name} ${v.toPrecision(3)}`;
+      });
     });
-    svg.setAttribute("aria-label", series.map((s) => `${s.name}: ${s.values.map((v) => v.toPrecision(3)).join(", ")}`).join("; "));
+
+    // axes, ticks and titles
+    el("line", { class: "axis", x1: left, y1: bottom, x2: right, y2: bottom }, svg);
+    for (const [side, axis] of Object.entries(axes)) {
+      const x = side === "left" ? left : right;
+      const out = side === "left" ? -1 : 1;
+      el("line", { class: "axis", x1: x, y1: top, x2: x, y2: bottom }, svg);
+      for (const tick of axis.ticks) {
+        const y = py(side, tick.value);
+        if (side === "left" && tick.value > 0) el("line", { class: "grid", x1: left, y1: y, x2: right, y2: y }, svg);
+        el("line", { class: "axis", x1: x, y1: y, x2: x + out * 4, y2: y }, svg);
+        text(svg, x + out * 7, y + 4, tick.label, { class: `tick y-tick ${side} ${axis.cls}`, "text-anchor": side === "left" ? "end" : "start", "data-value": tick.value });
+      }
+      const tx = side === "left" ? 16 : 626;
+      const ty = (top + bottom) / 2;
+      text(svg, tx, ty, axis.title, { class: `axis-title y-title ${side} ${axis.cls}`, "text-anchor": "middle", transform: `rotate(${side === "left" ? -90 : 90} ${tx} ${ty})` });
+    }
+    xs.forEach((x) => {
+      el("line", { class: "axis", x1: px(x), y1: bottom, x2: px(x), y2: bottom + 4 }, svg);
+      text(svg, px(x), bottom + 16, scaleLabel(x), { class: "tick x-tick", "text-anchor": "middle", "data-value": x });
+    });
+    text(svg, (left + right) / 2, bottom + 36, opts.xLabel, { class: "axis-title x-title", "text-anchor": "middle" });
+    if (opts.marker && opts.marker.x >= Math.min(...xs) && opts.marker.x <= Math.max(...xs)) {
+      const x = px(opts.marker.x);
+      el("line", { class: "reference", x1: x, y1: top, x2: x, y2: bottom }, svg);
+      text(svg, x + 4, top + 10, opts.marker.label, { class: "legend" });
+    }
+
+    // the legend: one entry per line
+    const legend = el("g", { class: "legend-box" }, svg);
+    series.forEach((s, k) => {
+      const x = left + k * 250;
+      const entry = el("g", { class: "legend-entry", "data-series": s.name }, legend);
+      el("line", { class: `line s${k}`, x1: x, y1: 16, x2: x + 28, y2: 16 }, entry);
+      if (k === 0) el("circle", { class: `point s${k}`, cx: x + 14, cy: 16, r: 3 }, entry);
+      else el("rect", { class: `point s${k}`, x: x + 11, y: 13, width: 6, height: 6 }, entry);
+      const where = Object.keys(axes).length > 1 ? ` (${s.axis} axis)` : "";
+      text(entry, x + 34, 20, `${s.name}${where}`, { class: "legend" });
+    });
+    describe(
+      svg,
+      `${opts.xLabel}: ${xs.map(scaleLabel).join(", ")}. ` +
+        series.map((s) => `${s.name}${Object.keys(axes).length > 1 ? ` (${s.axis} axis)` : ""}: ${s.values.map((v) => v.toPrecision(3)).join(", ")}`).join("; "),
+    );
   }
 
   // ------------------------------------------------------------------ panel 3: gradients
 
   const SCALES = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50];
 
-  async function gradientPanel() {
+  const gradientPanel = serialized(async () => {
     const dim = Number($("grad-dim").value);
     const length = Number($("grad-length").value);
     const svg = $("grad-chart");
+    const marker = { x: 1 / Math.sqrt(dim), label: "1/√E" };
+    const fail = (message) => {
+      failChart(svg, "grad-error", message);
+      $("grad-summary").textContent = "";
+    };
     const analyzed = (await hasRoute("/v1/attention/analyze"))
       ? await api("v1/attention/analyze", { shape: [1, 1, length, dim], seed: 0, scales: SCALES, temperatures: [1] })
       : { ok: false, status: 404, body: null };
     if (analyzed.ok) {
       const rows = analyzed.body.sweep;
+      showChart(svg, "grad-error");
       drawLines(
         svg,
         rows.map((r) => r.scale),
         [
-          { name: "mean Jacobian norm", values: rows.map((r) => r.mean_jacobian_norm) },
-          { name: "mean normalized entropy", values: rows.map((r) => r.mean_normalized_entropy) },
+          { name: "mean Jacobian norm", axis: "left", values: rows.map((r) => r.mean_jacobian_norm) },
+          { name: "mean normalized entropy", axis: "right", values: rows.map((r) => r.mean_normalized_entropy) },
         ],
-        "scale (log)",
+        { xLabel: "scale (log axis)", marker },
       );
       $("grad-summary").textContent =
         `POST /v1/attention/analyze, E=${dim}, L=S=${length}: 1/sqrt(E) = ${(1 / Math.sqrt(dim)).toFixed(3)}; ` +
@@ -380,7 +646,7 @@
       return;
     }
     if (analyzed.status !== 404) {
-      $("grad-summary").textContent = problem(analyzed);
+      fail(problem(analyzed));
       return;
     }
     // Without /v1/attention/analyze: the gradient norms of one random problem from /v1/attention/backward.
@@ -393,24 +659,25 @@
     for (const scale of SCALES) {
       const r = await api("v1/attention/backward", { query: q, key: k, value: v, grad_output: g, scale, precision: "float64" });
       if (!r.ok) {
-        $("grad-summary").textContent = problem(r);
+        fail(problem(r));
         return;
       }
       const frob = (m) => Math.sqrt(m.flat().reduce((acc, x) => acc + x * x, 0));
       norms.push([frob(r.body.grad_query), frob(r.body.grad_key)]);
     }
+    showChart(svg, "grad-error");
     drawLines(
       svg,
       SCALES,
       [
-        { name: "|grad_query|", values: norms.map((n) => n[0]) },
-        { name: "|grad_key|", values: norms.map((n) => n[1]) },
+        { name: "|grad_query|", axis: "left", values: norms.map((n) => n[0]) },
+        { name: "|grad_key|", axis: "left", values: norms.map((n) => n[1]) },
       ],
-      "scale (log)",
+      { xLabel: "scale (log axis)", yLabel: "gradient norm (Frobenius)", marker },
     );
     $("grad-summary").textContent = `POST /v1/attention/backward, E=${dim}, L=S=${length}: gradient norms of one random problem.`;
     svg.dataset.source = "backward";
-  }
+  });
 
   $("grad-run").addEventListener("click", gradientPanel);
 
@@ -428,21 +695,24 @@
     let logits;
     try {
       logits = parseNumbers($("logits").value);
+      $("logits").removeAttribute("aria-invalid");
     } catch (e) {
-      setStatus(e.message);
+      $("logits").setAttribute("aria-invalid", "true");
+      failChart($("sample-bars"), "sample-error", `Logits: ${e.message}`);
+      $("sample-summary").textContent = "";
       return;
     }
     $("top-k").max = String(logits.length);
     const body = { logits, temperature, top_k: topK, top_p: topP, min_p: minP, seed: 0, return: ["tokens", "probabilities", "diagnostics"] };
     const svg = $("sample-bars");
     const result = (await hasRoute("/v1/sample")) ? await api("v1/sample", body) : { ok: false, status: 404, body: null };
-    svg.toggleAttribute("hidden", !result.ok);
     if (!result.ok) {
-      clear(svg);
-      $("sample-summary").textContent =
-        result.status === 404 ? "needs POST /v1/sample, which this server does not have yet" : problem(result);
+      const missing = result.status === 404;
+      failChart(svg, "sample-error", missing ? "" : problem(result));
+      $("sample-summary").textContent = missing ? "needs POST /v1/sample, which this server does not have yet" : "";
       return;
     }
+    showChart(svg, "sample-error");
     const p = result.body.probabilities;
     const scaled = logits.map((z) => z / temperature);
     const m = Math.max(...scaled);
@@ -511,7 +781,7 @@
     text(svg, left + 30, top + 32, "after temperature scaling", { class: "legend" });
   }
 
-  async function calibrationPanel() {
+  const calibrationPanel = serialized(async () => {
     const sharpness = Number($("calib-sharpness").value);
     $("calib-sharpness-value").textContent = sharpness.toFixed(1);
     const { logits, labels } = syntheticCalibration(sharpness);
@@ -519,19 +789,19 @@
     const result = (await hasRoute("/v1/calibrate"))
       ? await api("v1/calibrate", { logits, labels, bins: 10 })
       : { ok: false, status: 404, body: null };
-    svg.toggleAttribute("hidden", !result.ok);
     if (!result.ok) {
-      clear(svg);
-      $("calib-summary").textContent =
-        result.status === 404 ? "needs POST /v1/calibrate, which this server does not have yet" : problem(result);
+      const missing = result.status === 404;
+      failChart(svg, "calib-error", missing ? "" : problem(result));
+      $("calib-summary").textContent = missing ? "needs POST /v1/calibrate, which this server does not have yet" : "";
       return;
     }
+    showChart(svg, "calib-error");
     const b = result.body;
     drawReliability(svg, b.reliability);
     $("calib-summary").textContent =
       `fitted T = ${b.temperature.toFixed(3)} · ECE ${b.ece.before.toFixed(4)} → ${b.ece.after.toFixed(4)} · ` +
       `NLL ${b.nll.before.toFixed(4)} → ${b.nll.after.toFixed(4)} · accuracy ${Number(b.accuracy).toFixed(3)}`;
-  }
+  });
 
   $("calib-run").addEventListener("click", calibrationPanel);
   $("calib-sharpness").addEventListener("input", () => {
@@ -544,6 +814,7 @@
     routes = null;
     softmaxPanel();
     heatmapPanel();
+    samplingPanel();
   });
 
   softmaxPanel();
