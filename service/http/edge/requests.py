@@ -23,6 +23,10 @@ REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 UNMATCHED = "<unmatched>"
 MAX_KNOWN_PATHS = 4096
 """Paths whose template is remembered (a dict lookup instead of trying every pattern)."""
+MAX_KNOWN_PATH_BYTES = 256
+"""Longer paths are matched every time, never remembered."""
+MAX_KNOWN_BYTES = 1 << 20
+"""The remembered paths' characters in all: the cache stays under about 1.5 MiB whatever clients send."""
 NO_RESPONSE = 499
 """Status logged and counted for a request that ended without a response (client gone, or cancelled at shutdown)."""
 
@@ -35,11 +39,16 @@ class RouteTemplates:
     routing (401, 413, 503) are labelled too. Routes left out of the schema
     (/docs) are matched by their own pattern; unknown paths share one
     label, so scanners cannot blow up the metrics' cardinality.
+
+    Only paths that matched a route, of at most :data:`MAX_KNOWN_PATH_BYTES`, are remembered, up to
+    :data:`MAX_KNOWN_PATHS` of them and :data:`MAX_KNOWN_BYTES` in all: a scanner's paths (5,000 of 60 KB
+    each kept 245 MB before) cost a match each time and no memory.
     """
 
     def __init__(self) -> None:
         self._patterns: list[tuple[re.Pattern[str], str]] | None = None
         self._known: dict[str, str] = {}
+        self._known_bytes = 0
 
     def _compile(self, app: object) -> list[tuple[re.Pattern[str], str]]:
         try:
@@ -67,8 +76,14 @@ class RouteTemplates:
             if pattern.match(path):
                 template = candidate
                 break
-        if len(self._known) < MAX_KNOWN_PATHS:  # bounded: scanners' paths cannot grow it without limit
+        if (
+            template is not UNMATCHED
+            and len(path) <= MAX_KNOWN_PATH_BYTES
+            and len(self._known) < MAX_KNOWN_PATHS
+            and self._known_bytes + len(path) <= MAX_KNOWN_BYTES
+        ):
             self._known[path] = template
+            self._known_bytes += len(path)
         return template
 
 
