@@ -10,6 +10,7 @@ one ``service.access`` line per request).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from contextvars import ContextVar
 from typing import Any
@@ -48,14 +49,34 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(record_fields(record), default=str).decode()
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\\\u2028\u2029]")
+"""Characters escaped in text lines: C0 and C1 controls, the Unicode line separators, and the backslash itself (so
+that an escape in the log always means an escaped character)."""
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02X}" if code <= 0xFF else f"\\u{code:04X}"
+
+
+def escape_text(value: object) -> str:
+    """``value`` as text with control characters escaped as a backslash, ``x`` and two hex digits (nginx's
+    ``escape=default``): a request path with ``%0A`` in it cannot start a line of its own in the log.
+    """
+    text = str(value)
+    return _CONTROL.sub(_escape_char, text) if _CONTROL.search(text) else text
+
+
 class TextFormatter(logging.Formatter):
-    """``ts level logger message key=value ...`` for people reading a terminal."""
+    """``ts level logger message key=value ...`` for people reading a terminal; one line per record (control
+    characters in the message and the fields escaped), then the traceback if any.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         fields = record_fields(record)
-        head = " ".join(str(fields.pop(k)) for k in ("ts", "level", "logger", "message"))
+        head = " ".join(escape_text(fields.pop(k)) for k in ("ts", "level", "logger", "message"))
         exc = fields.pop("exc_info", None)
-        line = head + "".join(f" {k}={v}" for k, v in fields.items())
+        line = head + "".join(f" {escape_text(k)}={escape_text(v)}" for k, v in fields.items())
         return f"{line}\n{exc}" if exc else line
 
 
