@@ -48,7 +48,8 @@ class ServiceError(Exception):
     and how long to wait before a retry (``UNAVAILABLE`` only; None when retrying cannot help).
 
     ``remedy``: a structured hint the front ends may phrase in their own terms (``"float64"``: the
-    request computes in float32 and float64 would hold the numbers).
+    request computes in float32 and float64 would hold the numbers), copied from the core's
+    :class:`~service.core.errors.InvalidInput` and :class:`~service.core.errors.NumericalError` alike.
     """
 
     def __init__(
@@ -95,7 +96,9 @@ def as_service_error(exc: BaseException) -> ServiceError | None:
     if isinstance(exc, ServiceError):
         return exc
     if isinstance(exc, InvalidInput):
-        return ServiceError(Kind.INVALID, exc.message, errors=[{"loc": list(exc.loc), "msg": exc.message}])
+        return ServiceError(
+            Kind.INVALID, exc.message, errors=[{"loc": list(exc.loc), "msg": exc.message}], remedy=exc.remedy
+        )
     if isinstance(exc, NumericalError):
         message = str(exc)
         return ServiceError(

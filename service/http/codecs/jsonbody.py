@@ -70,6 +70,18 @@ class JsonArray:
     def __repr__(self) -> str:
         return f"JsonArray(shape={self.shape})"
 
+    def lead_dims(self) -> tuple[int, ...]:
+        """The lengths along the first elements: one proxy per level, whatever the array holds."""
+        dims: list[int] = []
+        node: Any = self._array
+        while isinstance(node, simdjson.Array):
+            n = len(node)
+            dims.append(n)
+            if n == 0:
+                break
+            node = node[0]
+        return tuple(dims)
+
     def to_python(self) -> list[Any]:
         """The array as Python lists, numbers and booleans (what orjson would have given)."""
         return self._array.as_list()
@@ -314,6 +326,24 @@ def _float(text: str) -> float | _Constant:
     return _Constant(text) if math.isinf(value) else value
 
 
+FLOAT64_MAX_DIGITS = 309
+"""An integer of more digits than this is beyond float64 (its largest value has 309)."""
+
+
+def _int(text: str) -> int | _Constant:
+    """An integer token; one beyond float64 (orjson reads integers as doubles past 64 bits) is located like a float,
+    without converting its digits (Python refuses more than 4300).
+    """
+    if len(text.lstrip("-")) > FLOAT64_MAX_DIGITS:
+        return _Constant(text)
+    value = int(text)
+    try:
+        float(value)
+    except OverflowError:
+        return _Constant(text)
+    return value
+
+
 def _find_constant(value: Any, path: Path = ()) -> tuple[Path, _Constant] | None:
     """The first :class:`_Constant` in document order, with its path."""
     stack: list[tuple[Path, Any]] = [(path, value)]
@@ -348,18 +378,23 @@ def locate_bad_number(body: bytes, exc: orjson.JSONDecodeError) -> tuple[Path, s
     if not (numeric or any(head.startswith(s) for s in _SUSPECTS[:3])) or len(data) > LOCATE_MAX_BYTES:
         return None
     try:
-        value = json.loads(data, parse_constant=_constant, parse_float=_float)
+        value = json.loads(data, parse_constant=_constant, parse_float=_float, parse_int=_int)
     except (ValueError, RecursionError):
         return None
     found = _find_constant(value)
     return None if found is None else (found[0], found[1].text, value)
 
 
+SHOWN_DIGITS = 24
+"""A long number is shown by its first digits and its length."""
+
+
 def describe_bad_number(text: str) -> str:
     """Why a located token is refused, in the service's words."""
     if text in ("NaN", "Infinity", "-Infinity"):
         return f"is {text}, which JSON does not have (and values must be finite numbers)"
-    return f"= {text} is beyond the range of float64 (values must be finite numbers)"
+    shown = text if len(text) <= SHOWN_DIGITS + 8 else f"{text[:SHOWN_DIGITS]}... ({len(text)} characters)"
+    return f"= {shown} is beyond the range of float64 (values must be finite numbers)"
 
 
 def format_path(path: Path) -> str:

@@ -87,10 +87,36 @@ def _from_json_array(
     return _from_lists(value.to_python(), name, kind, label, loc)
 
 
+def lead_dims(value: list[Any]) -> tuple[int, ...]:
+    """The lengths along the first elements (``[[1, 2], [3]]``: (2, 2)): the shape, if the lists are rectangular."""
+    dims: list[int] = []
+    node: Any = value
+    while isinstance(node, list):
+        dims.append(len(node))
+        if not node:
+            break
+        node = node[0]
+    return tuple(dims)
+
+
+def refuse_impossible(lead: tuple[int, ...], name: str, limits: TensorLimits, min_rank: int, *, sizes: bool) -> None:
+    """Refuse at once, from the lengths along the first elements, what no rectangular array within the limits can
+    be: nested deeper than the largest rank (numpy stops at 64 dimensions, which was reported as a number out of
+    range), and with ``sizes`` a dimension or an element count over its limit (the message names the axis).
+    """
+    over = len(lead) > limits.max_rank
+    if sizes and not over:
+        over = any(d > limits.max_dim for d in lead) or math.prod(lead) > limits.max_elements
+    if over:
+        check_shape(lead, name, limits, min_rank)
+
+
 def _from_nested(value: list[Any] | JsonArray, name: str, kind: TensorKind, limits: TensorLimits) -> np.ndarray:
     if isinstance(value, JsonArray):  # its buffer takes at most 4 times the body's bytes: no limit check first
+        refuse_impossible(value.lead_dims(), name, limits, _MIN_RANK[kind], sizes=True)
         arr = _from_json_array(value, name, kind, name, (name,))
     else:
+        refuse_impossible(lead_dims(value), name, limits, _MIN_RANK[kind], sizes=False)
         arr = _from_lists(value, name, kind, name, (name,))
     check_shape(arr.shape, name, limits, _MIN_RANK[kind])
     return arr

@@ -7,7 +7,14 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from service.dataplane.options import Alpha, Causal, NormalizerName, PositiveFloat, causal_alignment
-from service.http.v1.schemas import AttentionRequest, EngineInfo, GradientHealthReport, OutTensor, TensorField
+from service.http.v1.schemas import (
+    AttentionRequest,
+    EngineInfo,
+    GradientHealthReport,
+    KeyLength,
+    OutTensor,
+    TensorField,
+)
 
 BackwardReturnName = Literal[
     "grad_query",
@@ -89,7 +96,7 @@ class AnalyzeRequest(BaseModel):
     alpha: Alpha | None = Field(None, description="For 'entmax'.")
     mask: TensorField | None = Field(None, description="As in /v1/attention, broadcastable to (B, H, L, S).")
     causal: StrictBool | Literal["top_left", "bottom_right"] = False
-    key_lengths: list[Annotated[StrictInt, Field(ge=0)]] | None = None
+    key_lengths: list[KeyLength] | None = None
     vanishing_threshold: Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)] = Field(
         1e-3, description="A row's gradient vanishes when its Jacobian norm is below this."
     )

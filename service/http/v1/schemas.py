@@ -100,13 +100,23 @@ forms as components of their own (SDK generators take unions of references, not 
 INT64_MAX = (1 << 63) - 1
 
 
+KEY_LENGTH_RANGE = "a key length is an integer from 0 to S, the number of keys"
+"""The rule the core applies (``0 <= key_lengths[b] <= S``), in the words of every refusal of a key length."""
+
+
 def _int64(value: Any) -> Any:
-    """Refuse integers that no int64 holds as out of range (orjson reads 2**64 and above as floats)."""
+    """Refuse integers that no int64 holds (orjson reads 2**64 and above as floats): out of range by the same rule as
+    any length above S (the core's check, which names S, needs an int64 array).
+    """
     if isinstance(value, int) and not isinstance(value, bool) and not -INT64_MAX - 1 <= value <= INT64_MAX:
-        raise ValueError(f"{value} is out of range (a key length is an integer from 0 to 2**63 - 1)")
+        raise ValueError(f"{value} is out of range ({KEY_LENGTH_RANGE})")
     if isinstance(value, float) and value.is_integer() and abs(value) > INT64_MAX:
-        raise ValueError(f"{value:.0f} is out of range (a key length is an integer from 0 to 2**63 - 1)")
+        raise ValueError(f"{value:.0f} is out of range ({KEY_LENGTH_RANGE})")
     return value
+
+
+KeyLength = Annotated[StrictInt, Field(ge=0), BeforeValidator(_int64)]
+"""One entry of ``key_lengths``: a non-negative integer that an int64 holds (the core checks it against S)."""
 
 
 def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
@@ -164,7 +174,7 @@ class AttentionRequest(_Strict):
         description="true means 'top_left' (PyTorch is_causal); "
         "'bottom_right' aligns the last query with the last key.",
     )
-    key_lengths: list[Annotated[StrictInt, Field(ge=0), BeforeValidator(_int64)]] | None = Field(
+    key_lengths: list[KeyLength] | None = Field(
         None, description="One length per batch: key j of batch b is valid iff j < key_lengths[b]."
     )
     scale: PositiveFloat | None = Field(None, description="Default 1/sqrt(E).")

@@ -36,6 +36,7 @@ import orjson
 
 from service.dataplane.errors import ServiceError
 from service.dataplane.inference import (
+    DATATYPES,
     OUTPUT_DATATYPES,
     InferRequest,
     TensorSpec,
@@ -48,7 +49,7 @@ from service.dataplane.inference import (
     output_as_binary,
     refuse_shared_memory,
 )
-from service.dataplane.tensors import TensorLimits
+from service.dataplane.tensors import TensorLimits, index_text
 from service.http.bodies import JSON_OPTIONS, plain
 from service.http.codecs import jsonbody
 from service.http.codecs.problems import Expect, find_problem, numbers_only
@@ -198,9 +199,31 @@ def _from_json(data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...]
                 f"({info.min} to {info.max})"
             )
     if dtype.kind == "f" and arr.dtype.kind == "f":
-        # JSON numbers stay float64 here; the cast to the compute precision reports overflow by element.
+        _check_fits(arr, datatype, dtype, name)
+        # JSON numbers stay float64 here (the declared datatype holds them); the compute precision casts them.
         return arr.reshape(shape)
+    if dtype.kind == "f":
+        _check_fits(arr, datatype, dtype, name)
     return arr.astype(dtype).reshape(shape)
+
+
+def _check_fits(arr: np.ndarray, datatype: str, dtype: np.dtype, name: str) -> None:
+    """A number that the declared float datatype cannot hold is refused by element, with the protocol's remedy (the
+    wider datatype), as /v1 refuses a value beyond its declared dtype.
+    """
+    if dtype.itemsize >= 8:
+        return
+    largest = float(np.finfo(dtype).max)
+    with np.errstate(invalid="ignore"):
+        over = np.abs(arr) > largest
+    if not over.any():
+        return
+    idx = tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(over)[0]), arr.shape))
+    wider = " or ".join(t for t in ("FP32", "FP64") if np.dtype(DATATYPES[t]).itemsize > dtype.itemsize)
+    raise bad(
+        f"input {name!r}: data{index_text(idx)} = {arr[idx]:g} overflows {datatype}, the declared datatype "
+        f"(largest {largest:g}); send the input as {wider}"
+    )
 
 
 def parse_request(
