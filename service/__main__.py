@@ -9,6 +9,7 @@ Every command works in a plain install or exits 2 with one line that says what t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import signal
@@ -17,6 +18,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from service.cli.args import COMMANDS, build_parser, program_name
+
+STARTUP_FAILURE = 3
+"""uvicorn's exit status for a server that failed to start (its ``uvicorn.config.STARTUP_FAILURE``)."""
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -30,34 +34,58 @@ def _serve(settings: Settings) -> int:
     """Run uvicorn until SIGTERM or SIGINT, then let requests in flight finish (up to
     ``shutdown_grace_s``) and exit 0.
     """
+    import logging
+    import logging.config
+
     import uvicorn
 
+    from service.http.edge.protocol import raise_descriptor_limit
     from service.observability.logs import log_config
     from service.observability.multiproc import prepare_metrics_dir
 
     prepare_metrics_dir(settings.metrics_dir)  # before anything imports prometheus-client
+    logging_config = log_config(settings.log_level, settings.log_format)
+    logging.config.dictConfig(logging_config)
+    soft, connections = raise_descriptor_limit(settings.max_connections)
+    if connections < settings.max_connections:
+        logging.getLogger("service").warning(
+            "RLIMIT_NOFILE is %d: each worker takes at most %d connections (ATTN_MAX_CONNECTIONS is %d); raise the "
+            "limit (ulimit -n) to take more",
+            soft,
+            connections,
+            settings.max_connections,
+        )
     # After a graceful shutdown uvicorn re-raises the signal it caught, which would end the process
     # as "killed by SIGTERM"; this handler (also live before uvicorn starts) makes that exit 0.
     signal.signal(signal.SIGTERM, _exit_zero)
-    uvicorn.run(
+    config = uvicorn.Config(
         "service.asgi:create_app_from_env",
         factory=True,
         host=settings.host,
         port=settings.port,
         workers=settings.workers,
         log_level=settings.log_level,
-        log_config=log_config(settings.log_level, settings.log_format),
+        log_config=logging_config,
         access_log=False,  # the service writes its own access line per request (service.access)
         server_header=False,
         # uvicorn annotates this int but hands it to asyncio.wait_for, which takes a float.
         timeout_graceful_shutdown=settings.shutdown_grace_s,  # type: ignore[arg-type]
-        # uvicorn's own limit: idle time of a kept-alive connection. Header size and time and the send
-        # timeout come from this protocol (uvicorn's httptools protocol has none; see its docstring).
+        # uvicorn's own limit: idle time of a kept-alive connection. Header size and time, the send timeout, the
+        # lingering close and the cap on connections come from this protocol (uvicorn's httptools protocol has
+        # none of them; see its docstring).
         # uvicorn annotates this int but hands it to loop.call_later, which takes a float.
         timeout_keep_alive=settings.keep_alive_timeout_s,  # type: ignore[arg-type]
         http="service.http.edge.protocol:BoundedHttpToolsProtocol",
     )
-    return 0
+    if settings.workers > 1:  # uvicorn.run's multiprocess branch
+        from uvicorn.supervisors import Multiprocess
+
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
+        return 0
+    server = uvicorn.Server(config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    return 0 if server.started else STARTUP_FAILURE
 
 
 def _openapi(args: argparse.Namespace, prog: str) -> int:

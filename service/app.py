@@ -74,7 +74,7 @@ def create_app(
     runtime = plane.runtime
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         # Warm-up runs beside the server so that /healthz answers at once and
         # /readyz says 503 until the engines are ready.
         def start() -> None:
@@ -89,7 +89,8 @@ def create_app(
         grpc_server = await start_grpc(plane, metrics) if settings.grpc_enabled else None
         stopping = stop_grpc_on_signals(grpc_server, settings.shutdown_grace_s)
         try:
-            yield
+            # The server's connection protocol reads this (uvicorn hands the lifespan's state to it).
+            yield {"attn.connection_refused": lambda: metrics.refused("connections")}
         finally:
             if grpc_server is not None:
                 await (stopping[0] if stopping else grpc_server.stop(settings.shutdown_grace_s))

@@ -91,6 +91,14 @@ class Settings(BaseSettings):
         "intermediates, results and response). A request whose own estimate exceeds it is refused (413); others wait "
         "for room up to ATTN_QUEUE_TIMEOUT_S (then 503).",
     )
+    body_memory_bytes: int = Field(
+        0,
+        ge=0,
+        description="How much of ATTN_MEMORY_BUDGET_BYTES request bodies may hold: each admitted request reserves "
+        "its declared length (a streamed body, what arrives) until it ends, and is refused 503 with Retry-After "
+        "while the budget's reservations would pass this; the rest of the budget stays for the work in progress. "
+        "0: half the budget, at least ATTN_MAX_BODY_BYTES.",
+    )
     max_response_bytes: int = Field(
         256 << 20, ge=1024, description="Largest estimated size of one response body, in bytes."
     )
@@ -220,6 +228,30 @@ class Settings(BaseSettings):
         gt=0,
         description="A client that reads none of its answer for this long is disconnected and the answer freed.",
     )
+    max_connections: int = Field(
+        1024,
+        ge=1,
+        le=1 << 20,
+        description="Open connections per worker process; past it a new connection is answered 503 (Retry-After) "
+        "and closed. Lowered at start to what RLIMIT_NOFILE leaves (serve raises the soft limit as far as the hard "
+        "one allows).",
+    )
+    linger_time_s: float = Field(
+        10.0,
+        gt=0,
+        description="After an answer sent before the request's body arrived in full (Connection: close), how long "
+        "in all the rest of the body is read and discarded before the connection closes (nginx's lingering_time).",
+    )
+    linger_timeout_s: float = Field(
+        2.0,
+        gt=0,
+        description="... and how long without a byte of it (nginx's lingering_timeout).",
+    )
+    linger_max_bytes: int = Field(
+        64 << 20,
+        ge=0,
+        description="... and how many bytes of it at most.",
+    )
     # gRPC (the Open Inference Protocol's gRPC form, beside REST in the same process; service/grpc)
     grpc_enabled: bool = Field(True, description="Serve gRPC (inference.GRPCInferenceService) beside REST.")
     grpc_port: int = Field(8001, ge=0, le=65535, description="gRPC port, on ATTN_HOST (Triton's default, 8001).")
@@ -321,9 +353,17 @@ class Settings(BaseSettings):
             # A body the memory budget can never hold would be read in full and then refused; keeping the body
             # limit inside the budget makes the header check (413 before reading) cover it.
             problems.append("ATTN_MAX_BODY_BYTES must not exceed ATTN_MEMORY_BUDGET_BYTES")
+        if self.body_memory_bytes and not self.max_body_bytes <= self.body_memory_bytes <= self.memory_budget_bytes:
+            problems.append(
+                "ATTN_BODY_MEMORY_BYTES must lie between ATTN_MAX_BODY_BYTES and ATTN_MEMORY_BUDGET_BYTES (or be 0)"
+            )
         if problems:
             raise ValueError("unsafe settings: " + "; ".join(problems))
         return self
+
+    def body_memory_limit(self) -> int:
+        """``body_memory_bytes``, or its default: half the memory budget, at least the largest body."""
+        return self.body_memory_bytes or max(self.max_body_bytes, self.memory_budget_bytes // 2)
 
     def diagnostic_thresholds(self) -> DiagnosticThresholds:
         """The diagnostics thresholds as the core expects them."""

@@ -1,16 +1,30 @@
-"""A process-wide budget of estimated bytes in flight, and the per-request lease that holds part of it.
+"""A process-wide budget of estimated bytes in flight, the per-request lease that holds part of it, and the
+C heap's free memory given back after large requests.
 
 Every request's CPU work runs under a :class:`MemoryLease` (the scheduler opens one and closes it when
 the work is done). The work reserves its estimate on the lease before anything large is allocated: at
 once when the budget has room, otherwise after waiting up to ``wait_s`` for requests in flight to finish
 (then ``UNAVAILABLE`` with a retry hint). So N concurrent requests, each within the limits, cannot
 together exceed the budget; a request larger than the whole budget is ``TOO_LARGE`` before it waits.
+
+A front end that holds request bodies while they wait (REST reads a body before its work has a compute
+slot) reserves them too, when it admits the request, through a :class:`BudgetShare`: on the same budget,
+without waiting, and within a share of it, so that bodies waiting for a slot never take all the room the
+work in progress needs. It tells the scheduler how much of the body is already held, so the bytes are
+reserved once.
+
+:func:`release_after` gives the C heap's free memory back to the operating system after a request that
+held a large body ends, whatever its answer (glibc keeps freed blocks below its mmap threshold, up to
+32 MiB each, in the heap: eight refused 30 MB uploads left a worker at 800 MB).
 """
 
 from __future__ import annotations
 
+import gc
+import logging
 import threading
 import time
+from collections.abc import Callable
 
 from service.dataplane.errors import too_large, unavailable
 
@@ -58,6 +72,18 @@ class MemoryBudget:
                 self._cond.wait(left)
             self.reserved += nbytes
 
+    def try_acquire(self, nbytes: int) -> bool:
+        """Reserve ``nbytes`` at once if the budget has room; False (nothing reserved) if not."""
+        with self._cond:
+            if self.reserved + nbytes > self.capacity:
+                return False
+            self.reserved += nbytes
+            return True
+
+    def share(self, limit: int, holders: str) -> BudgetShare:
+        """A share of this budget that ``holders`` (e.g. "request bodies") may take at most."""
+        return BudgetShare(self, limit, holders)
+
     def release(self, nbytes: int) -> None:
         """Give back ``nbytes`` and wake the requests waiting for room."""
         if nbytes <= 0:
@@ -71,6 +97,51 @@ class MemoryBudget:
         return MemoryLease(self, wait=wait)
 
 
+class BudgetShare:
+    """Part of a :class:`MemoryBudget` that one kind of holder may take at most (``limit`` bytes): what it holds
+    is reserved on the budget as well, never waiting (``UNAVAILABLE`` at once when there is no room, in the
+    share or in the budget). Thread-safe.
+    """
+
+    def __init__(self, budget: MemoryBudget, limit: int, holders: str) -> None:
+        self.budget = budget
+        self.capacity = min(limit, budget.capacity)
+        self.holders = holders
+        self.reserved = 0
+        self._lock = threading.Lock()
+
+    @property
+    def retry_after_s(self) -> int:
+        return self.budget.retry_after_s
+
+    def refusal(self, nbytes: int) -> str:
+        """Why ``nbytes`` found no room."""
+        return (
+            f"the server's memory is in use: {self.holders} hold {mib(self.reserved)} of the "
+            f"{mib(self.capacity)} they may take, requests in flight {mib(self.budget.reserved)} of "
+            f"{mib(self.budget.capacity)} in all; this one needs {mib(nbytes)}; "
+            f"retry after {self.budget.retry_after_s} s"
+        )
+
+    def acquire(self, nbytes: int, *, wait: bool = False) -> None:
+        """Reserve ``nbytes`` in the share and on the budget, or raise ``UNAVAILABLE`` (``wait`` is ignored)."""
+        with self._lock:
+            if self.reserved + nbytes > self.capacity or not self.budget.try_acquire(nbytes):
+                raise unavailable(self.refusal(nbytes), self.budget.retry_after_s)
+            self.reserved += nbytes
+
+    def release(self, nbytes: int) -> None:
+        if nbytes <= 0:
+            return
+        with self._lock:
+            self.reserved = max(0, self.reserved - nbytes)
+        self.budget.release(nbytes)
+
+    def lease(self) -> MemoryLease:
+        """A new, empty lease of this share."""
+        return MemoryLease(self, wait=False)
+
+
 class MemoryLease:
     """What one request holds of a :class:`MemoryBudget`; released all at once when the request ends
     (use it as a context manager).
@@ -78,7 +149,7 @@ class MemoryLease:
 
     __slots__ = ("budget", "held", "wait")
 
-    def __init__(self, budget: MemoryBudget | None, *, wait: bool = True) -> None:
+    def __init__(self, budget: MemoryBudget | BudgetShare | None, *, wait: bool = True) -> None:
         self.budget = budget
         self.wait = wait
         self.held = 0
@@ -101,3 +172,70 @@ class MemoryLease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+TRIM_AFTER_BODY_BYTES = 4 << 20
+"""A request whose body (on the wire or inflated) reached this size has its freed memory given back when it ends."""
+TRIM_INTERVAL_S = 1.0
+"""At most one trim per this many seconds (each walks the heap: a few milliseconds of one core)."""
+
+_trim_logger = logging.getLogger("service")
+
+
+class HeapTrimmer:
+    """Runs ``release`` (``malloc_trim``) in a thread of its own when asked, at most once per ``interval_s``;
+    requests made while one is pending are merged into it.
+    """
+
+    def __init__(self, release: Callable[[], None], interval_s: float = TRIM_INTERVAL_S) -> None:
+        self._release = release
+        self._interval_s = interval_s
+        self._wanted = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.trims = 0
+
+    def request(self) -> None:
+        """Ask for a trim soon (never blocks)."""
+        self._wanted.set()
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="heap-trim", daemon=True)
+                    self._thread.start()
+
+    def _run(self) -> None:
+        last = 0.0
+        while True:
+            self._wanted.wait()
+            pause = last + self._interval_s - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            self._wanted.clear()
+            try:
+                self._release()
+            except Exception:  # never let a trim end the thread
+                _trim_logger.exception("giving the C heap's free memory back failed")
+            self.trims += 1
+            last = time.monotonic()
+
+
+def _release_free_heap() -> None:
+    """Collect garbage, then trim the C heap. A request that ended in an error can leave its body in a reference
+    cycle (the exception's traceback holds the frames that hold the body): a collection frees it first (it walks
+    only what was allocated since the start-up heap was frozen, ``ATTN_GC_FREEZE``).
+    """
+    from service.engines.onnx_engine.heap import release_free_heap  # glibc malloc_trim(0); a no-op elsewhere
+
+    gc.collect()
+    release_free_heap()
+
+
+HEAP_TRIMMER = HeapTrimmer(_release_free_heap)
+"""The process's trimmer (the C heap is the process's)."""
+
+
+def release_after(nbytes: int) -> None:
+    """A request that held ``nbytes`` of body has ended: trim the heap soon when that was large."""
+    if nbytes >= TRIM_AFTER_BODY_BYTES:
+        HEAP_TRIMMER.request()

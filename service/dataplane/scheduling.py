@@ -12,7 +12,9 @@ the second look at the estimate.
 
 The work reserves the body's bytes and the job's memory estimate on a lease of the process-wide budget
 (:mod:`service.dataplane.memory`) before it runs, and gives all of it back when it ends. Work on the
-event loop never waits for room.
+event loop never waits for room. A front end that already holds the body's bytes on the budget (REST
+reserves the declared length when it admits a request, before the body is read) says how many with
+``reserved_bytes``: those are not reserved again.
 """
 
 from __future__ import annotations
@@ -79,23 +81,28 @@ class Scheduler:
         self.inline_max_work_flops = inline_max_work_flops
         self.observer = observer
 
-    async def run(self, body_bytes: int, prepare: Callable[[], Job[T]]) -> T:
-        """Prepare and run one request's work (module docstring); its result, or the error it raised."""
+    async def run(self, body_bytes: int, prepare: Callable[[], Job[T]], *, reserved_bytes: int = 0) -> T:
+        """Prepare and run one request's work (module docstring); its result, or the error it raised.
+
+        ``reserved_bytes``: how much of the body the front end already holds on the memory budget.
+        """
+        unreserved = max(0, body_bytes - reserved_bytes)
         if body_bytes <= self.inline_max_body_bytes:
             job = prepare()
             if job.flops <= self.inline_max_work_flops and job.response_bytes <= INLINE_MAX_RESPONSE_BYTES:
                 with MemoryLease(self.memory, wait=False) as lease:
-                    lease.reserve(body_bytes + job.memory_bytes)
+                    lease.reserve(unreserved + job.memory_bytes)
                     return job.run(lease)
-            return await self.in_thread(body_bytes, lambda: job)
-        return await self.in_thread(body_bytes, prepare)
+            return await self.in_thread(body_bytes, lambda: job, reserved_bytes=reserved_bytes)
+        return await self.in_thread(body_bytes, prepare, reserved_bytes=reserved_bytes)
 
-    async def in_thread(self, body_bytes: int, prepare: Callable[[], Job[T]]) -> T:
-        """Prepare and run the work in a worker thread, holding a compute slot."""
+    async def in_thread(self, body_bytes: int, prepare: Callable[[], Job[T]], *, reserved_bytes: int = 0) -> T:
+        """Prepare and run the work in a worker thread, holding a compute slot (``reserved_bytes``: see :meth:`run`)."""
+        unreserved = max(0, body_bytes - reserved_bytes)
 
         def work() -> T:
             with MemoryLease(self.memory) as lease:
-                lease.reserve(body_bytes)
+                lease.reserve(unreserved)
                 job = prepare()
                 lease.reserve(job.memory_bytes)
                 return job.run(lease)

@@ -103,7 +103,8 @@ def route_table(plane: DataPlane, metrics: ServiceMetrics) -> list[APIRoute]:
     ]
 
 
-Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[Any]]
+"""The app's lifespan; what it yields (a mapping or None) is the lifespan state that Starlette and the server share."""
 
 
 def build_app(

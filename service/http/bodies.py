@@ -10,7 +10,7 @@ straight from numpy. Bodies sent with ``Content-Encoding: gzip`` or
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -55,11 +55,17 @@ class GZipIfAccepted(GZipMiddleware):
         await self.app(scope, receive, send)
 
 
-def inflate(body: bytes, encoding: str, max_bytes: int) -> bytes:
+INFLATE_STEP = 4 << 20
+"""Inflated bytes produced (and reserved on the memory budget) per step."""
+
+
+def inflate(body: bytes, encoding: str, max_bytes: int, reserve: Callable[[int], None] | None = None) -> bytes:
     """Decompress a ``gzip`` or ``deflate`` body, never producing more than ``max_bytes`` (413 past it).
 
     Output is bounded while it is produced, so a gzip bomb costs at most
-    ``max_bytes`` of memory. Concatenated gzip members are all inflated.
+    ``max_bytes`` of memory; ``reserve(n)`` is called before each step's ``n``
+    bytes are kept (the request's memory reservation: it raises when there is
+    no room). Concatenated gzip members are all inflated.
     """
     wbits = _WBITS.get(encoding)
     if wbits is None:
@@ -74,11 +80,18 @@ def inflate(body: bytes, encoding: str, max_bytes: int) -> bytes:
     try:
         while data:
             d = zlib.decompressobj(wbits)
-            chunk = d.decompress(data, max_bytes - size + 1)
-            size += len(chunk)
-            out.append(chunk)
-            if size > max_bytes:
-                raise ProblemError(413, f"the request body inflates to more than {max_bytes} bytes (the limit)")
+            while True:
+                step = min(INFLATE_STEP, max_bytes - size + 1)
+                chunk = d.decompress(data, step)
+                size += len(chunk)
+                if size > max_bytes:
+                    raise ProblemError(413, f"the request body inflates to more than {max_bytes} bytes (the limit)")
+                if reserve is not None:
+                    reserve(len(chunk))
+                out.append(chunk)
+                data = d.unconsumed_tail
+                if d.eof or not (data or len(chunk) == step):  # done, or no input and no output left
+                    break
             if not d.eof:
                 raise ProblemError(400, f"the {encoding} request body is truncated")
             data = d.unused_data if wbits == 31 else b""  # another gzip member may follow
@@ -123,14 +136,38 @@ def require_json(request: Request) -> None:
     )
 
 
+def held_body_bytes(request: Request) -> int:
+    """How many bytes of this request's body the edge holds on the memory budget (the scheduler's
+    ``reserved_bytes``): its declared length from admission, and what inflating it added.
+    """
+    lease = getattr(request.scope.get("attn.exchange"), "body_lease", None)
+    return 0 if lease is None else int(lease.held)
+
+
+def _reserver(request: Request) -> Callable[[int], None] | None:
+    """Holds inflated bytes on the request's memory reservation: 503 (Retry-After) when there is no room."""
+    exchange: Any = request.scope.get("attn.exchange")  # the edge's Exchange (not imported: edge imports this)
+    if getattr(exchange, "body_lease", None) is None:
+        return None
+
+    def reserve(nbytes: int) -> None:
+        if not exchange.hold(nbytes):
+            exchange.mw.metrics.refused("body_memory")
+            share = exchange.mw.body_share
+            raise ProblemError(503, share.refusal(nbytes), headers={"Retry-After": str(share.retry_after_s)})
+
+    return reserve
+
+
 async def read_body(request: Request, max_bytes: int, *, json_only: bool = True) -> bytes:
     """The request body, decompressed when it has ``Content-Encoding: gzip`` or ``deflate``.
 
     ``json_only`` (the default, every /v1 route): the Content-Type must be JSON
     (:func:`require_json`, a 415 before the body is read). The inflated body is
     capped like the body on the wire, at ``max_bytes`` (``ATTN_MAX_BODY_BYTES``, 413
-    past it); compressed bodies are inflated in a worker thread, off the event
-    loop, whatever their size.
+    past it), and held on the request's memory reservation as it is produced;
+    compressed bodies are inflated in a worker thread, off the event loop,
+    whatever their size.
     """
     if json_only:
         require_json(request)
@@ -139,7 +176,7 @@ async def read_body(request: Request, max_bytes: int, *, json_only: bool = True)
     if not encoding or encoding == "identity":
         return body
     # Always off the loop: a few KB of gzip can inflate to megabytes (up to the cap).
-    return await run_in_threadpool(inflate, body, encoding, max_bytes)
+    return await run_in_threadpool(inflate, body, encoding, max_bytes, _reserver(request))
 
 
 def json_error(body: bytes, exc: orjson.JSONDecodeError) -> ProblemError:

@@ -59,6 +59,9 @@ REJECT_REASONS = (
     "queue_wait",
     "queue_timeout",
     "deadline",
+    "body_memory",
+    "connections",
+    "shutdown",
 )
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -157,19 +158,25 @@ ROOT = Path(__file__).resolve().parents[2]
 class LiveServer:
     """``python -m service serve`` in a subprocess on a free port, with ATTN_* settings from ``env``."""
 
-    def __init__(self, env: dict[str, str], tmp_path: Path) -> None:
+    def __init__(self, env: dict[str, str], tmp_path: Path, nofile: int | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp_path / f"server-{self.port}.log"
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTN_", "PROMETHEUS_"))}
         full_env.update({"ATTN_ENABLE_ONNX": "false", "ATTN_PORT": str(self.port), "ATTN_GRPC_PORT": "0", **env})
         self._log = open(self.log_path, "wb")  # noqa: SIM115 -- open for the server's life; stop() closes it
+
+        def limit_descriptors() -> None:  # in the child: RLIMIT_NOFILE soft and hard, as a container sets it
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service", "serve"],
             cwd=ROOT,
             env=full_env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            preexec_fn=limit_descriptors if nofile is not None else None,
         )
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
@@ -204,8 +211,8 @@ def live_server(tmp_path: Path) -> Iterator[Any]:
     """A factory: ``live_server(env)`` starts a server and waits until it is ready."""
     servers: list[LiveServer] = []
 
-    def start(env: dict[str, str] | None = None) -> LiveServer:
-        server = LiveServer(env or {}, tmp_path)
+    def start(env: dict[str, str] | None = None, *, nofile: int | None = None) -> LiveServer:
+        server = LiveServer(env or {}, tmp_path, nofile)
         servers.append(server)
         server.wait_ready()
         return server

@@ -14,6 +14,8 @@ from starlette.exceptions import HTTPException
 from starlette.types import Message, Receive, Scope, Send
 
 from service.dataplane.auth import presented_key
+from service.dataplane.errors import ServiceError
+from service.dataplane.memory import MemoryLease
 from service.http.edge.requests import NO_RESPONSE, OPERATIONAL_PATHS, REQUEST_ID_PATTERN, send_error
 from service.http.edge.security import API_CSP, DOCS_PATHS, SECURITY_HEADERS
 from service.http.errors import app_path
@@ -24,8 +26,6 @@ if TYPE_CHECKING:
 access_log = logging.getLogger("service.access")
 
 CONNECTION_CLOSE = (b"connection", b"close")
-CLOSE_WHEN_UNREAD = frozenset({408, 503})
-"""Refusals that close the connection when the request's body was not read (instead of draining it)."""
 
 
 def _encode(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[bytes, bytes], ...]:
@@ -54,6 +54,17 @@ class BodyTimeout(HTTPException):
         super().__init__(408, detail)
 
 
+class BodyMemoryFull(HTTPException):
+    """Raised from ``receive`` when a streamed body (no Content-Length) finds no room on the memory budget (503)."""
+
+    def __init__(self, detail: str, retry_after_s: int) -> None:
+        super().__init__(503, detail, headers={"Retry-After": str(retry_after_s)})
+
+
+STREAMED_RESERVE_STEP = 1 << 20
+"""A body without Content-Length is reserved on the memory budget in steps of this size as it arrives."""
+
+
 class Exchange:
     """One request's state in :class:`ServiceMiddleware`: its id, status, body progress and deadline."""
 
@@ -64,6 +75,7 @@ class Exchange:
         "_send",
         "answer_504",
         "body_done",
+        "body_lease",
         "body_t0",
         "deadline_send",
         "declared_length",
@@ -117,6 +129,8 @@ class Exchange:
         self.body_done = not self.has_body
         self.body_t0 = 0.0
         self.answer_504: asyncio.Task[None] | None = None
+        self.body_lease: MemoryLease | None = None
+        """The body's bytes on the memory budget, from admission to the end of the request (admitted requests)."""
         self.started = False
         self.deadline_send: Send = send
 
@@ -146,14 +160,33 @@ class Exchange:
             if self.received > limits.max_body_bytes:
                 mw.metrics.refused("body_too_large")
                 raise BodyTooLarge(mw.detail_413)
+            lease = self.body_lease
+            if lease is not None and self.received > lease.held:  # more than declared, or no Content-Length
+                step = max(self.received - lease.held, STREAMED_RESERVE_STEP)
+                if not self.hold(step):
+                    mw.metrics.refused("body_memory")
+                    raise BodyMemoryFull(mw.body_share.refusal(step), mw.body_share.retry_after_s)
             if not message.get("more_body", False):
                 self.body_done = True
         return message
 
+    def hold(self, nbytes: int) -> bool:
+        """Hold ``nbytes`` more of this request's body on the memory budget, without waiting (False: no room in
+        the bodies' share, ``ATTN_BODY_MEMORY_BYTES``, or in the budget). True for a request that holds no lease.
+        """
+        lease = self.body_lease
+        if lease is None:
+            return True
+        try:
+            lease.reserve(nbytes)
+        except ServiceError:
+            return False
+        return True
+
     async def send(self, message: Message) -> None:
         """Adds the request id, security headers and ``Connection: close`` when due; records at the end."""
         if message["type"] == "http.response.start":
-            status = self.status = message["status"]
+            self.status = message["status"]
             headers = message.get("headers")
             headers = [] if headers is None else list(headers)
             present = {name for name, _ in headers}
@@ -161,7 +194,9 @@ class Exchange:
             for pair in DOCS_HEADERS if self.path in DOCS_PATHS else API_HEADERS:
                 if pair[0] not in present:
                     headers.append(pair)
-            if not self.body_done and status in CLOSE_WHEN_UNREAD and b"connection" not in present:
+            if not self.body_done and b"connection" not in present:
+                # The body will not be read: the connection ends with this answer (the server's protocol drains
+                # what is still in flight for a bounded time, so the client reads the answer, not a reset).
                 headers.append(CONNECTION_CLOSE)
             message["headers"] = headers
         else:

@@ -11,17 +11,25 @@ preflights pass without a key and 401/413/503 still carry the CORS headers).
 
 Order of the guards (:meth:`ServiceMiddleware._guarded`): API key (401),
 declared body size (413), admission by expected wait (503, decided from the
-headers before any of the body is read), then the deadline (504) around the
-app. While the route reads the body, the size limit (413, streamed bodies) and
-the upload deadline (408) are enforced in ``receive``. A refusal sent before
-the body was read (503, 408) carries ``Connection: close``: the server then
-closes the connection instead of reading and discarding the rest of the
-upload.
+headers before any of the body is read), the body's declared length reserved
+on the memory budget (503 when the bodies' share is full), then the deadline
+(504) around the app. While the route reads the body, the size limit (413,
+streamed bodies), the memory reservation of a body without Content-Length and
+the upload deadline (408) are enforced in ``receive``. Any answer sent before
+the body was read carries ``Connection: close`` (the server's protocol then
+drains the rest for a bounded time and closes: the client reads the answer,
+not a reset).
+
+A request still running when uvicorn's shutdown grace ends is cancelled; it is
+answered 503 with ``Retry-After`` and ``Connection: close`` (and counted and
+logged as such), never 500 with a traceback. When a request that held a large
+body ends, the C heap's free memory is given back (:func:`release_after`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
@@ -32,6 +40,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.dataplane.admission import Overloaded
 from service.dataplane.auth import MISSING_KEY, WRONG_KEY
 from service.dataplane.errors import ServiceError
+from service.dataplane.memory import release_after
 from service.dataplane.plane import DataPlane
 from service.http.edge.exchange import Exchange
 from service.http.edge.requests import OPERATIONAL_PATHS, RouteTemplates, send_error
@@ -54,12 +63,17 @@ class Limits:
         body_timeout_s: float,
         min_upload_bytes_per_s: float,
         debug_delay_s: float = 0.0,
+        body_memory_bytes: int | None = None,
+        retry_after_s: int = 1,
     ) -> None:
         self.max_body_bytes = max_body_bytes
         self.request_timeout_s = request_timeout_s
         self.body_timeout_s = body_timeout_s
         self.min_upload_bytes_per_s = min_upload_bytes_per_s
         self.debug_delay_s = debug_delay_s
+        self.body_memory_bytes = (1 << 62) if body_memory_bytes is None else body_memory_bytes
+        """How much of the memory budget's reservations admitted bodies may take (``ATTN_BODY_MEMORY_BYTES``)."""
+        self.retry_after_s = retry_after_s
 
 
 class ServiceMiddleware:
@@ -83,10 +97,15 @@ class ServiceMiddleware:
         self.keys = plane.api_keys
         self.auth_exempt = frozenset(auth_exempt)
         self.route_template = RouteTemplates()
+        self.body_share = plane.memory.share(limits.body_memory_bytes, "request bodies")
         self.detail_413 = f"the request body is larger than the limit of {limits.max_body_bytes} bytes"
         self.detail_504 = (
             f"the request was not answered within the limit of {limits.request_timeout_s:g} s; "
             "send a smaller request or retry later"
+        )
+        self.detail_shutdown = (
+            "the server is shutting down and its grace period for requests in flight (ATTN_SHUTDOWN_GRACE_S) "
+            "ended before this one was answered; retry it"
         )
         self.detail_408 = (
             f"the request body did not arrive in time (allowed: {limits.body_timeout_s:g} s plus one second per "
@@ -110,6 +129,9 @@ class ServiceMiddleware:
             limits_logger.info(
                 "client disconnected before its request was complete: %s %s", scope["method"], exchange.path
             )
+        except asyncio.CancelledError:
+            # uvicorn cancels the requests still running when its shutdown grace ends: answered, not a 500.
+            await self._cancelled(exchange, scope, receive)
         except Exception:
             logger.exception("unhandled exception while serving %s %s", scope["method"], exchange.path)
             if exchange.status is None:
@@ -158,9 +180,22 @@ class ServiceMiddleware:
             await send_error(scope, receive, send, 503, admission.refusal(exc), headers=headers)
             return
         try:
+            if exchange.has_body:
+                # The body will be held in memory until the request ends: on the budget from now, once.
+                exchange.body_lease = self.body_share.lease()
+                if not exchange.hold(exchange.declared_length):
+                    self.metrics.refused("body_memory")
+                    detail = self.body_share.refusal(exchange.declared_length)
+                    headers = {"Retry-After": str(self.body_share.retry_after_s)}
+                    await send_error(scope, receive, send, 503, detail, headers=headers)
+                    return
             await self._with_deadline(exchange, scope, receive, send, self.limits.debug_delay_s)
         finally:
             admission.leave()
+            lease = exchange.body_lease
+            if lease is not None:
+                release_after(max(exchange.received, lease.held))  # the body is freed: trim if it was large
+                lease.release()
 
     async def _with_deadline(
         self, exchange: Exchange, scope: Scope, receive: Receive, send: Send, delay_s: float = 0.0
@@ -189,6 +224,24 @@ class ServiceMiddleware:
             timer.cancel()
             if exchange.answer_504 is not None:
                 await exchange.answer_504  # the server must not see this request end before its 504 is out
+
+    async def _cancelled(self, exchange: Exchange, scope: Scope, receive: Receive) -> None:
+        """A request cancelled by the server (its shutdown grace ended): 503 if nothing was sent yet, else the
+        connection just ends; either way without a traceback.
+        """
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()  # handled here: the task ends normally
+        limits_logger.warning(
+            "request still in flight when the shutdown grace ended: %s %s", scope["method"], exchange.path
+        )
+        if exchange.status is not None:
+            return  # the answer had begun: the server closes the connection
+        self.metrics.refused("shutdown")
+        headers = {"Retry-After": str(self.limits.retry_after_s), "Connection": "close"}
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(1.0):  # a client that reads nothing must not hold the exit
+                await send_error(scope, receive, exchange.send, 503, self.detail_shutdown, headers=headers)
 
     async def _unauthorized(self, scope: Scope, receive: Receive, send: Send, key: str | None) -> None:
         self.metrics.refused("unauthorized")

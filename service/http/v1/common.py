@@ -16,7 +16,7 @@ from service.dataplane.errors import Kind, ServiceError
 from service.dataplane.plane import DataPlane
 from service.dataplane.scheduling import Job
 from service.dataplane.tensors import TensorLimits
-from service.http.bodies import parse_json_object, read_body
+from service.http.bodies import held_body_bytes, parse_json_object, read_body
 from service.http.codecs.tensors import TensorKind, decode_tensor
 from service.http.errors import pydantic_errors, summarize
 
@@ -75,5 +75,5 @@ async def answer(plane: DataPlane, request: Request, prepare: Callable[[bytes], 
     JSON answer, or the error it raised.
     """
     raw = await read_body(request, plane.settings.max_body_bytes)
-    content = await plane.scheduler.run(len(raw), lambda: prepare(raw))
+    content = await plane.scheduler.run(len(raw), lambda: prepare(raw), reserved_bytes=held_body_bytes(request))
     return Response(content, media_type="application/json")

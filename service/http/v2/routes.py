@@ -24,7 +24,7 @@ from service.dataplane.models import EXTENSIONS, MODEL_VERSION, SERVER_NAME, Mod
 from service.dataplane.plane import DataPlane
 from service.dataplane.scheduling import Job
 from service.dataplane.timing import Timing
-from service.http.bodies import read_body
+from service.http.bodies import held_body_bytes, read_body
 from service.http.routing import V2Route
 from service.http.v2.tensors import HEADER_LENGTH, encode_response, parse_request, split_body
 
@@ -155,7 +155,7 @@ def routes(plane: DataPlane) -> list[APIRoute]:
         header_length = request.headers.get(HEADER_LENGTH)
 
         content, headers, media_type = await plane.scheduler.run(
-            len(body), lambda: infer_job(ctx, model, body, header_length)
+            len(body), lambda: infer_job(ctx, model, body, header_length), reserved_bytes=held_body_bytes(request)
         )
         return Response(content, media_type=media_type, headers=headers)
 
