@@ -32,7 +32,7 @@ def _exit_zero(signum: int, frame: object) -> None:
 
 def _serve(settings: Settings) -> int:
     """Run uvicorn until SIGTERM or SIGINT, then let requests in flight finish (up to
-    ``shutdown_grace_s``) and exit 0.
+    ``shutdown_grace_s``) and exit 0. Exit 2 when the metrics directory cannot hold the workers' files.
     """
     import logging
     import logging.config
@@ -41,9 +41,15 @@ def _serve(settings: Settings) -> int:
 
     from service.http.edge.protocol import raise_descriptor_limit
     from service.observability.logs import log_config
-    from service.observability.multiproc import prepare_metrics_dir
+    from service.observability.multiproc import MetricsDirError, check_metrics_room, prepare_metrics_dir
 
-    prepare_metrics_dir(settings.metrics_dir)  # before anything imports prometheus-client
+    metrics_dir = prepare_metrics_dir(settings.metrics_dir)  # before anything imports prometheus-client
+    if metrics_dir is not None:
+        try:
+            check_metrics_room(metrics_dir, settings.workers)
+        except MetricsDirError as exc:
+            print(f"refusing to start: {exc}", file=sys.stderr)
+            return 2
     logging_config = log_config(settings.log_level, settings.log_format)
     logging.config.dictConfig(logging_config)
     soft, connections = raise_descriptor_limit(settings.max_connections)
@@ -77,11 +83,13 @@ def _serve(settings: Settings) -> int:
         timeout_keep_alive=settings.keep_alive_timeout_s,  # type: ignore[arg-type]
         http="service.http.edge.protocol:BoundedHttpToolsProtocol",
     )
-    if settings.workers > 1:  # uvicorn.run's multiprocess branch
-        from uvicorn.supervisors import Multiprocess
+    if settings.workers > 1:
+        # uvicorn.run's multiprocess branch, with a supervisor that logs every worker's exit and its cause.
+        from service.observability.workers import LoggedMultiprocess
 
-        Multiprocess(config, sockets=[config.bind_socket()]).run()
-        return 0
+        supervisor = LoggedMultiprocess(config, sockets=[config.bind_socket()])
+        supervisor.run()
+        return STARTUP_FAILURE if supervisor.startup_failed else 0
     server = uvicorn.Server(config)
     with contextlib.suppress(KeyboardInterrupt):
         server.run()

@@ -10,7 +10,9 @@ Nothing heavy happens at import time; the engines start in a worker thread after
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import AsyncIterator, Mapping
@@ -75,17 +77,33 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
-        # Warm-up runs beside the server so that /healthz answers at once and
-        # /readyz says 503 until the engines are ready.
+        # With one worker, warm-up runs beside the server so that /healthz answers at once and /readyz says 503
+        # until the engines are ready. With several, a worker takes connections only once its engines are warm
+        # (uvicorn accepts after the lifespan's start-up): a replacement for a worker that died would otherwise
+        # answer "engines are starting" while its siblings are ready to serve.
+        loop = asyncio.get_running_loop()
+        started: asyncio.Future[None] = loop.create_future()
+
+        def done() -> None:
+            if not started.done():
+                started.set_result(None)
+
         def start() -> None:
-            runtime.start_engines()
-            # attn_engine_ready: which engines serve (degraded mode shows a 0)
-            metrics.record_engines({name: bool(engine.ready) for name, engine in runtime.engines.items()})
-            if settings.gc_freeze:
-                freeze_startup_heap()
+            try:
+                runtime.start_engines()
+                # attn_engine_ready: which engines serve (degraded mode shows a 0)
+                metrics.record_engines({name: bool(engine.ready) for name, engine in runtime.engines.items()})
+                if settings.gc_freeze:
+                    freeze_startup_heap()
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop closed first (a test app stopped early)
+                    loop.call_soon_threadsafe(done)
 
         metrics.record_engines(dict.fromkeys(runtime.engines, False))
         threading.Thread(target=start, name="engine-startup", daemon=True).start()
+        if settings.workers > 1:
+            await started  # a failed start-up still lets the worker serve /readyz's reason
+            logger.info("worker %d: engines started; taking connections", os.getpid())
         grpc_server = await start_grpc(plane, metrics) if settings.grpc_enabled else None
         stopping = stop_grpc_on_signals(grpc_server, settings.shutdown_grace_s)
         try:

@@ -1,1 +1,4 @@
-"""Observability: Prometheus metrics (:mod:`.metrics`) and structured JSON logs (:mod:`.logs`)."""
+"""Observability: Prometheus metrics (:mod:`.metrics`, the multiprocess directory in :mod:`.multiproc`), structured
+JSON logs (:mod:`.logs`), spans (:mod:`.spans`), and the worker supervisor that logs every worker's exit
+(:mod:`.workers`).
+"""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Collection
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import (
@@ -29,6 +30,8 @@ from prometheus_client import (
     process_collector,
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from service.observability.multiproc import check_metrics_room
 
 logger = logging.getLogger("service.metrics")
 
@@ -94,8 +97,10 @@ class ServiceMetrics:
     def __init__(self, models: Collection[str] = ()) -> None:
         self.models = frozenset(models) | frozenset(V1_MODELS.values())
         self.multiprocess = multiprocess_enabled()
-        if self.multiprocess:  # a worker replacing one that died: drop the dead one's live gauges
-            drop_dead_workers()
+        if self.multiprocess:
+            # Room for this worker's files, or no start (a full directory would kill it with SIGBUS later).
+            check_metrics_room(Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]), 1, spare=0)
+            drop_dead_workers()  # a worker replacing one that died: drop the dead one's live gauges
         r = self.registry = CollectorRegistry()
         if not self.multiprocess:
             process_collector.ProcessCollector(registry=r)

@@ -85,7 +85,8 @@ def test_a_killed_workers_in_flight_count_is_dropped(live_server, tmp_path: Path
     assert scraped == 0, (scraped, busy, in_flight_by_pid(metrics_dir), results)
     assert victim not in in_flight_by_pid(metrics_dir)
     assert not list(metrics_dir.glob(f"gauge_live*_{victim}.db"))
-    assert f"Child process [{victim}] died" in server.log()
+    # the supervisor says how the worker ended (service.observability.workers)
+    assert f"worker process {victim} was killed by signal SIGKILL" in server.log()
     # the service still answers on two workers
     assert httpx.get(server.url + "/readyz", timeout=10).status_code == 200
     server.terminate()

@@ -1,0 +1,142 @@
+"""Several workers on a live server (issue 21, items 16 and 17): a metrics directory too small for the workers'
+files is refused at start with the reason (workers died of SIGBUS, silently, over and over); every worker's exit
+is logged with its cause; a replacement worker takes connections only once its engines are warm (it answered
+503 "engines are starting" beside a ready sibling).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.hardening.conftest import ROOT
+
+INFER = "/v2/models/attention/infer"
+V2_ATTENTION = {
+    "inputs": [
+        {"name": name, "shape": [2, 2], "datatype": "FP32", "data": [1.0, 0.0, 0.0, 1.0]}
+        for name in ("query", "key", "value")
+    ]
+}
+
+pytestmark = pytest.mark.slow  # each test starts a live server
+
+
+def worker_pids(parent: int) -> set[int]:
+    """The worker processes of a uvicorn supervisor: its children started by multiprocessing's spawn (Linux)."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_bytes().rpartition(b")")[2].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and b"spawn_main" in cmdline:
+            pids.add(int(entry.name))
+    return pids
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs (needs the right to mount, as root in a container)."""
+    where = tmp_path / "tiny"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def test_a_metrics_dir_too_small_is_refused_at_start(tiny_tmpfs: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTN_", "PROMETHEUS_"))}
+    env.update(
+        {"ATTN_ENABLE_ONNX": "false", "ATTN_WORKERS": "2", "ATTN_METRICS_DIR": str(tiny_tmpfs), "ATTN_PORT": "0"}
+    )
+    env["ATTN_GRPC_ENABLED"] = "false"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "service", "serve"], cwd=ROOT, env=env, capture_output=True, timeout=60
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the server ran with a full metrics directory: {exc.stderr!r}") from None
+    assert done.returncode == 2, done.stderr.decode()[-2000:]
+    err = done.stderr.decode()
+    assert "refusing to start" in err and "ATTN_METRICS_DIR" in err and "MiB free" in err and "SIGBUS" in err
+
+
+def test_every_worker_exit_is_logged_with_its_signal(live_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    server = live_server({"ATTN_WORKERS": "2", "ATTN_METRICS_DIR": str(tmp_path / "metrics")})
+    pids = worker_pids(server.proc.pid)
+    assert len(pids) == 2, pids
+    victim = min(pids)
+    os.kill(victim, signal.SIGBUS)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and f"worker process {victim} was killed by signal SIGBUS" not in server.log():
+        time.sleep(0.2)
+    log = server.log()
+    assert f"worker process {victim} was killed by signal SIGBUS (7; " in log, log[-3000:]
+    assert "ATTN_METRICS_DIR" in log and "started worker process" in log
+    server.terminate()
+    assert server.proc.wait(60) == 0
+    assert "stopped" in server.log()
+
+
+def test_a_replacement_worker_takes_traffic_only_once_ready(live_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """SIGKILL to one of two workers while the other is stopped (SIGSTOP), so that the replacement takes every new
+    connection: each inference is answered 200 once its engines are warm, none 503 "the engines are starting" (ONNX
+    on, so that the warm-up takes a while).
+    """
+    env = {"ATTN_WORKERS": "2", "ATTN_METRICS_DIR": str(tmp_path / "metrics"), "ATTN_ENABLE_ONNX": "true"}
+    server = live_server({**env, "ATTN_GRPC_ENABLED": "false"})
+    pids = worker_pids(server.proc.pid)
+    assert len(pids) == 2, pids
+    victim, sibling = sorted(pids)
+    statuses: list[int | str] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            try:
+                r = httpx.post(server.url + INFER, json=V2_ATTENTION, headers={"connection": "close"}, timeout=60)
+                statuses.append(r.status_code if r.status_code != 503 else f"503 {r.text[:200]}")
+            except httpx.TransportError as exc:
+                statuses.append(type(exc).__name__)
+
+    os.kill(sibling, signal.SIGSTOP)
+    try:
+        os.kill(victim, signal.SIGKILL)
+        threads = [threading.Thread(target=load) for _ in range(4)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not worker_pids(server.proc.pid) - pids:
+            time.sleep(0.1)
+        replacement = worker_pids(server.proc.pid) - pids
+        assert replacement, "no replacement worker"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and statuses.count(200) < 20:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        with contextlib.suppress(ProcessLookupError):  # the supervisor may have replaced it for not answering
+            os.kill(sibling, signal.SIGCONT)
+    for t in threads:
+        t.join(60)
+    refused = [s for s in statuses if isinstance(s, str)]
+    assert not refused, refused[:3]
+    assert statuses.count(200) >= 20
