@@ -71,6 +71,11 @@ def create_app(
         )
     if settings.debug_delay_s:
         logger.warning("ATTN_DEBUG_DELAY_S=%s: every request is slowed down (test setting)", settings.debug_delay_s)
+    factors = settings.cost_factors()
+    if factors is not None:  # measured by `serve` before it listened (ATTN_COST_CALIBRATION=auto), or given
+        from service.engines import cost
+
+        cost.set_factors(factors)
     metrics = ServiceMetrics(models=MODELS)  # the model label: these names, else "other"
     plane = DataPlane(settings, dict(engines) if engines is not None else default_engines(settings), observer=metrics)
     runtime = plane.runtime

@@ -99,6 +99,12 @@ class Settings(BaseSettings):
         "while the budget's reservations would pass this; the rest of the budget stays for the work in progress. "
         "0: half the budget, at least ATTN_MAX_BODY_BYTES.",
     )
+    cost_calibration: str = Field(
+        "auto",
+        description="How the cost model fits this machine: 'auto' (serve times the kernels at start, before it "
+        "listens, and scales the model where this machine is slower than the reference), 'off' (the reference's "
+        "constants), or factors such as 'gemm=1,sparsemax=1.7,entmax15=1.6' (a kernel not named keeps 1).",
+    )
     max_response_bytes: int = Field(
         256 << 20, ge=1024, description="Largest estimated size of one response body, in bytes."
     )
@@ -319,6 +325,26 @@ class Settings(BaseSettings):
         if text.startswith("["):
             return json.loads(text)
         return [item.strip() for item in text.split(",")] if text else []
+
+    @field_validator("cost_calibration")
+    @classmethod
+    def _calibration(cls, value: str) -> str:
+        """'auto', 'off', or kernel=factor pairs that the cost model takes."""
+        text = value.strip()
+        if text.lower() in ("auto", "off"):
+            return text.lower()
+        from service.engines.cost import parse_factors
+
+        parse_factors(text)  # ValueError names what is wrong
+        return text
+
+    def cost_factors(self) -> dict[str, float] | None:
+        """The calibration factors given explicitly (None for 'auto' and 'off')."""
+        if self.cost_calibration in ("auto", "off"):
+            return None
+        from service.engines.cost import parse_factors
+
+        return parse_factors(self.cost_calibration)
 
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> Settings:

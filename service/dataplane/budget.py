@@ -47,9 +47,14 @@ def normalizer_flops_per_score(
 
 
 def bytes_per_number(precision: str, encoding: str) -> float:
-    """Response bytes per returned number in the given encoding."""
+    """Response bytes per returned number in the given encoding (``binary``: raw bytes, the Open Inference
+    Protocol's binary tensor data extension and gRPC's raw contents).
+    """
+    itemsize = 4 if precision == "float32" else 8
+    if encoding == "binary":
+        return itemsize
     if encoding == "base64":
-        return (4 if precision == "float32" else 8) * 4 / 3
+        return itemsize * 4 / 3
     return JSON_BYTES_PER_NUMBER[precision]
 
 

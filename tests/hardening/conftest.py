@@ -163,7 +163,9 @@ class LiveServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp_path / f"server-{self.port}.log"
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTN_", "PROMETHEUS_"))}
-        full_env.update({"ATTN_ENABLE_ONNX": "false", "ATTN_PORT": str(self.port), "ATTN_GRPC_PORT": "0", **env})
+        # The cost model's calibration (a second of CPU at start) only where a test asks for it.
+        defaults = {"ATTN_ENABLE_ONNX": "false", "ATTN_COST_CALIBRATION": "off"}
+        full_env.update({**defaults, "ATTN_PORT": str(self.port), "ATTN_GRPC_PORT": "0", **env})
         self._log = open(self.log_path, "wb")  # noqa: SIM115 -- open for the server's life; stop() closes it
 
         def limit_descriptors() -> None:  # in the child: RLIMIT_NOFILE soft and hard, as a container sets it

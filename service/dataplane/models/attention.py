@@ -25,6 +25,7 @@ from service.dataplane.models.base import (
     json_text,
     option_fields,
     precision_of,
+    response_encoding,
     validated,
 )
 from service.dataplane.options import AttentionOptions
@@ -63,7 +64,13 @@ def _prepare_attention(ctx: Context, request: InferRequest, timing: Timing) -> J
     returned = wanted + (["diagnostics"] if with_diagnostics else [])
     precision = precision_of(request, ("query", "key", "value"))
     job = attention_op.attention(
-        ctx, attention_inputs(request), options, precision=precision, returned=returned, encoding="json", timing=timing
+        ctx,
+        attention_inputs(request),
+        options,
+        precision=precision,
+        returned=returned,
+        encoding=response_encoding(request, wanted),
+        timing=timing,
     )
 
     def finish(out: attention_op.AttentionOutcome) -> InferResult:
@@ -146,7 +153,7 @@ def _prepare_backward(ctx: Context, request: InferRequest, timing: Timing) -> Jo
         options,
         precision=precision,
         returned=wanted + flags,
-        encoding="json",
+        encoding=response_encoding(request, wanted),
         timing=timing,
         grad_mask_loc=("outputs",),
     )

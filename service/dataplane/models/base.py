@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from service.dataplane.context import Context
 from service.dataplane.inference import PROTOCOL_PARAMETERS, InferRequest, InferResult, TensorSpec, bad
+from service.dataplane.options import Encoding
 from service.dataplane.scheduling import Job
 from service.dataplane.tensors import TensorLimits
 from service.dataplane.timing import Timing
@@ -74,6 +75,17 @@ COMMON_PARAMETERS = {
     "diagnostics": "bool (default true): return diagnostics in the response parameters",
     "binary_data_output": "bool (default false): return every output not listed otherwise as binary data",
 }
+
+
+def response_encoding(request: InferRequest, outputs: Sequence[str]) -> Encoding:
+    """How the answer's tensors are priced by the budget: ``binary`` (their raw size) when every output returned goes
+    back as raw bytes (the binary tensor data extension over REST, raw contents over gRPC), else ``json`` (a JSON
+    output costs up to 16 bytes a float32: the answer is priced at the larger size). The operations take one
+    encoding for all outputs, so a mix is priced as JSON.
+    """
+    if outputs and all(request.outputs.get(name, request.binary_default) for name in outputs):
+        return "binary"
+    return "json"
 
 
 def json_text(value: Any) -> str:

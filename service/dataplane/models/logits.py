@@ -23,6 +23,7 @@ from service.dataplane.models.base import (
     json_text,
     option_fields,
     precision_of,
+    response_encoding,
     validated,
 )
 from service.dataplane.options import CalibrateOptions, SampleOptions, SoftmaxOptions
@@ -49,8 +50,9 @@ def _prepare_softmax(ctx: Context, request: InferRequest, timing: Timing) -> Job
     options = validated(SoftmaxOptions, fields, SOFTMAX)
     precision = precision_of(request, ("logits",))
     inputs = request.inputs
+    encoding = response_encoding(request, wanted)
     job = logits_op.softmax(
-        ctx, inputs["logits"], inputs.get("mask"), options, precision=precision, encoding="json", timing=timing
+        ctx, inputs["logits"], inputs.get("mask"), options, precision=precision, encoding=encoding, timing=timing
     )
     if "log_probabilities" in wanted and not options.log:
         raise bad("output 'log_probabilities' needs parameter log = true")
@@ -137,7 +139,7 @@ def _prepare_sample(ctx: Context, request: InferRequest, timing: Timing) -> Job[
         options,
         precision=precision,
         returned=wanted + extra,
-        encoding="json",
+        encoding="json",  # tokens are int64: priced as JSON, never below their raw size
         timing=timing,
     )
 
