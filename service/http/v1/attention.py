@@ -23,8 +23,7 @@ from service.dataplane.tensors import TensorLimits, float_mask_as
 from service.dataplane.timing import Timing
 from service.http.bodies import json_bytes
 from service.http.codecs.tensors import encode_tensor
-from service.http.routing import RawRoute
-from service.http.v1.common import PROBLEM_RESPONSES, answer, json_body, optional_tensor, parsed, tensor
+from service.http.v1.common import answer, json_route, optional_tensor, parsed, tensor
 from service.http.v1.gradient_schemas import (
     AnalyzeRequest,
     AnalyzeResponse,
@@ -184,34 +183,28 @@ def routes(plane: DataPlane) -> list[APIRoute]:
         return await answer(plane, request, lambda raw: analysis_job(ctx, raw))
 
     return [
-        RawRoute(
+        json_route(
             "/v1/attention",
             post_attention,
-            methods=["POST"],
-            tags=["attention"],
-            response_model=AttentionResponse,
-            responses=PROBLEM_RESPONSES,
+            tag="attention",
+            request=AttentionRequest,
+            response=AttentionResponse,
             summary="Compute attention",
-            openapi_extra=json_body("AttentionRequest"),
         ),
-        RawRoute(
+        json_route(
             "/v1/attention/backward",
             post_attention_backward,
-            methods=["POST"],
-            tags=["gradients"],
-            response_model=AttentionBackwardResponse,
-            responses=PROBLEM_RESPONSES,
+            tag="gradients",
+            request=AttentionBackwardRequest,
+            response=AttentionBackwardResponse,
             summary="Gradients of attention (backward pass)",
-            openapi_extra=json_body("AttentionBackwardRequest"),
         ),
-        RawRoute(
+        json_route(
             "/v1/attention/analyze",
             post_attention_analyze,
-            methods=["POST"],
-            tags=["gradients"],
-            response_model=AnalyzeResponse,
-            responses=PROBLEM_RESPONSES,
+            tag="gradients",
+            request=AnalyzeRequest,
+            response=AnalyzeResponse,
             summary="Training-health analysis: a sweep over scales, temperatures and head dimensions",
-            openapi_extra=json_body("AnalyzeRequest"),
         ),
     ]

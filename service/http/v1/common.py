@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,6 +20,7 @@ from service.dataplane.tensors import TensorLimits
 from service.http.bodies import held_body_bytes, parse_json_object, read_body
 from service.http.codecs.tensors import TensorKind, decode_tensor
 from service.http.errors import pydantic_errors, summarize
+from service.http.routing import RawRoute
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -45,6 +47,28 @@ def json_body(schema: str) -> dict[str, Any]:
             "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
         }
     }
+
+
+def json_route(
+    path: str,
+    endpoint: Callable[..., Any],
+    *,
+    tag: str,
+    request: type[BaseModel],
+    response: type[BaseModel],
+    summary: str,
+) -> APIRoute:
+    """A /v1 POST route: its JSON body is ``request`` (parsed by the endpoint itself), its answer ``response``."""
+    return RawRoute(
+        path,
+        endpoint,
+        methods=["POST"],
+        tags=[tag],
+        response_model=response,
+        responses=PROBLEM_RESPONSES,
+        summary=summary,
+        openapi_extra=json_body(request.__name__),
+    )
 
 
 def validated(model: type[M], obj: dict[str, Any]) -> M:

@@ -19,8 +19,7 @@ from service.dataplane.scheduling import Job
 from service.dataplane.timing import Timing
 from service.http.bodies import json_bytes
 from service.http.codecs.tensors import encode_tensor
-from service.http.routing import RawRoute
-from service.http.v1.common import PROBLEM_RESPONSES, answer, json_body, optional_tensor, parsed, tensor
+from service.http.v1.common import answer, json_route, optional_tensor, parsed, tensor
 from service.http.v1.logits_schemas import CalibrateRequest, CalibrateResponse, SampleRequest, SampleResponse
 from service.http.v1.schemas import SoftmaxRequest, SoftmaxResponse
 
@@ -127,32 +126,29 @@ def routes(plane: DataPlane) -> list[APIRoute]:
         """
         return await answer(plane, request, lambda raw: calibrate_job(ctx, raw))
 
-    def route(path: str, endpoint: Any, schema: str, response: Any, summary: str) -> APIRoute:
-        return RawRoute(
-            path,
-            endpoint,
-            methods=["POST"],
-            tags=["attention" if path == "/v1/softmax" else "logits"],
-            response_model=response,
-            responses=PROBLEM_RESPONSES,
-            summary=summary,
-            openapi_extra=json_body(schema),
-        )
-
     return [
-        route("/v1/softmax", post_softmax, "SoftmaxRequest", SoftmaxResponse, "Normalize logits along an axis"),
-        route(
+        json_route(
+            "/v1/softmax",
+            post_softmax,
+            tag="attention",
+            request=SoftmaxRequest,
+            response=SoftmaxResponse,
+            summary="Normalize logits along an axis",
+        ),
+        json_route(
             "/v1/sample",
             post_sample,
-            "SampleRequest",
-            SampleResponse,
-            "Sample tokens from logits (temperature, top-k, top-p, min-p, penalties)",
+            tag="logits",
+            request=SampleRequest,
+            response=SampleResponse,
+            summary="Sample tokens from logits (temperature, top-k, top-p, min-p, penalties)",
         ),
-        route(
+        json_route(
             "/v1/calibrate",
             post_calibrate,
-            "CalibrateRequest",
-            CalibrateResponse,
-            "Fit a temperature to labelled logits (temperature scaling)",
+            tag="logits",
+            request=CalibrateRequest,
+            response=CalibrateResponse,
+            summary="Fit a temperature to labelled logits (temperature scaling)",
         ),
     ]
