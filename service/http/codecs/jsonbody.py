@@ -12,13 +12,14 @@ would, and each tensor array stays a :class:`JsonArray` until
 
 ``as_buffer`` flattens recursively and says nothing of the nesting: it
 gives ``[1, 2, 3]`` for ``[[1, 2], [3]]`` and for ``[[1, [2]], 3]``, and fails
-on booleans, strings and null alike. So the fast path also checks the shape:
-every array at each level has the length of the first one
-(:func:`_rectangular_shape`, one Python step per inner array, not per number),
-and the body holds no array beyond those (``[`` counted in the raw bytes;
-bodies with backslash escapes skip that shortcut). Anything the fast path
-does not accept is read with ``as_list`` and decoded by the precise path,
-whose messages name the field, the index and the cause.
+on booleans, strings and null alike. So a :class:`JsonArray`'s structure (its
+shape when rectangular, the kinds of its values, and otherwise the first
+problem in the words of the precise path) is read from its minified bytes by
+:mod:`service.http.codecs.jsonscan`, with numpy, when it is decoded and after
+its leading dimensions passed the limits: nothing here creates a Python object
+per element or per inner list (an array of three million empty lists, 8.6 MB,
+took 1.1 s of the interpreter's lock and 350-750 MB as Python lists when it was
+walked at parse time).
 
 Small bodies (below :data:`SIMDJSON_MIN_BYTES`) are parsed by orjson, which is
 faster there; both parsers give the same values.
@@ -34,11 +35,15 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import orjson
 import simdjson
+
+from service.core.errors import InvalidInput
+from service.http.codecs import jsonscan
+from service.http.codecs.problems import ArrayProblem, Expect
 
 SIMDJSON_MIN_BYTES = 32 << 10
 """Bodies of at least this size are parsed with simdjson (below it orjson is as fast and simpler)."""
@@ -52,17 +57,15 @@ Path = tuple[str | int, ...]
 class JsonArray:
     """A JSON array of the body, still in simdjson's tape: decoded by :mod:`service.http.codecs.tensors`.
 
-    ``shape`` is the nested shape when every level is rectangular and no
-    array sits where a number should (checked when the body was parsed),
-    else None; :meth:`as_float64` is then never taken and the precise path
-    reads :meth:`to_python`.
+    Its structure is read from its bytes on first use (:meth:`structure`); :attr:`shape` is the nested shape
+    when the array is rectangular, else None.
     """
 
-    __slots__ = ("_array", "shape")
+    __slots__ = ("_array", "_structure")
 
-    def __init__(self, array: simdjson.Array, shape: tuple[int, ...] | None) -> None:
+    def __init__(self, array: simdjson.Array) -> None:
         self._array = array
-        self.shape = shape
+        self._structure: jsonscan.Structure | None = None
 
     def __len__(self) -> int:
         return len(self._array)
@@ -82,103 +85,61 @@ class JsonArray:
             node = node[0]
         return tuple(dims)
 
+    def _mini(self) -> bytes:
+        """The array's minified JSON text (simdjson's own minifier, from the tape: no Python object per value)."""
+        mini: Any = self._array.mini  # bytes at run time; pysimdjson's stubs say str
+        return mini if isinstance(mini, bytes) else mini.encode()
+
+    def structure(self) -> jsonscan.Structure:
+        """The array's shape when rectangular and the kinds of its values (:meth:`jsonscan.Analysis.structure`)."""
+        if self._structure is None:
+            self._structure = jsonscan.Analysis(self._mini()).structure()
+        return self._structure
+
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        return self.structure().shape
+
+    def problem(self, label: str, expect: Expect) -> ArrayProblem | None:
+        """Why the array is not a rectangular array of ``expect``, as the precise path says it (None: it is one)."""
+        return jsonscan.Analysis(self._mini()).problem(label, expect)
+
     def to_python(self) -> list[Any]:
         """The array as Python lists, numbers and booleans (what orjson would have given)."""
         return self._array.as_list()
 
-    def as_float64(self) -> np.ndarray | None:
-        """The numbers as a float64 array of :attr:`shape`, or None if it holds anything but numbers."""
-        if self.shape is None:
+    def _buffer(self, of_type: Literal["d", "i"], dtype: type[np.generic]) -> np.ndarray | None:
+        structure = self.structure()
+        if structure.shape is None or not structure.only_numbers:
             return None
         try:
-            buffer = self._array.as_buffer(of_type="d")
-        except (TypeError, ValueError):  # a boolean, string, null or object; a number simdjson cannot read
+            buffer = self._array.as_buffer(of_type=of_type)
+        except (TypeError, ValueError):  # a number simdjson cannot give as that type
             return None
-        flat = np.frombuffer(buffer, dtype=np.float64)
-        if flat.size != math.prod(self.shape):
+        flat = np.frombuffer(buffer, dtype=dtype)
+        if flat.size != math.prod(structure.shape):
             return None
-        return flat.reshape(self.shape)
+        return flat.reshape(structure.shape)
 
+    def as_float64(self) -> np.ndarray | None:
+        """The numbers as a float64 array of :attr:`shape`, or None if it holds anything but numbers."""
+        return self._buffer("d", np.float64)
 
-def _rectangular_shape(array: simdjson.Array) -> tuple[tuple[int, ...], int] | None:
-    """The nested shape of ``array`` and its number of arrays, or None when a level is ragged.
+    def as_int64(self) -> np.ndarray | None:
+        """The numbers as an int64 array of :attr:`shape`, or None unless they are all integers an int64 holds."""
+        return None if self.structure().fractions else self._buffer("i", np.int64)
 
-    The shape follows the first element down; then every array of each level
-    must have that level's length and hold only arrays (but the last level).
-    Arrays inside last-level arrays are not seen here: the caller counts them.
-    """
-    dims: list[int] = []
-    node: Any = array
-    while isinstance(node, simdjson.Array):
-        n = len(node)
-        dims.append(n)
-        if n == 0:
-            break
-        node = node[0]
-    level: list[Any] = [array]
-    arrays = 1
-    for depth in range(len(dims) - 1):
-        size = dims[depth]
-        children: list[Any] = []
-        for a in level:
-            if len(a) != size:
-                return None
-            children.extend(a)
-        if not all(type(c) is simdjson.Array for c in children):
+    def as_bool(self) -> np.ndarray | None:
+        """The values as a boolean array of :attr:`shape`, or None unless they are all booleans."""
+        structure = self.structure()
+        if structure.shape is None or not structure.only_booleans:
             return None
-        arrays += len(children)
-        level = children
-    last = dims[-1]
-    for a in level:
-        if len(a) != last:
-            return None
-    return tuple(dims), arrays
+        return jsonscan.booleans(self._mini(), structure.shape)
 
 
-def _brackets(value: Any) -> int:
-    """``[`` characters that ``value`` (converted from the body) accounts for: its arrays and its strings' brackets."""
-    if isinstance(value, list):
-        return 1 + sum(_brackets(v) for v in value)
-    if isinstance(value, dict):
-        return sum(k.count("[") + _brackets(v) for k, v in value.items())
-    if isinstance(value, str):
-        return value.count("[")
-    return 0
-
-
-class _Lazy:
-    """Collects the tensor arrays of one body while it is converted, for the final bracket count."""
-
-    def __init__(self) -> None:
-        self.arrays: list[JsonArray] = []
-        self.expected = 0
-        self.ok = True
-
-    def wrap(self, value: Any) -> Any:
-        if not isinstance(value, simdjson.Array):
-            return _to_python(value)
-        found = _rectangular_shape(value)
-        if found is None:
-            self.ok = False
-            out = JsonArray(value, None)
-        else:
-            out = JsonArray(value, found[0])
-            self.expected += found[1]
-        self.arrays.append(out)
-        return out
-
-    def verify(self, body: bytes, rest: int) -> None:
-        """Keep the shapes only if the body has no ``[`` beyond the counted arrays (no array hides in a tensor).
-
-        Without backslashes in the body every string reads as it is written, so
-        the brackets of the converted strings and keys are those of the body.
-        """
-        counted = self.expected + rest
-        clean = self.ok and body.find(b"\\") < 0
-        if clean and int(np.count_nonzero(np.frombuffer(body, dtype=np.uint8) == ord("["))) == counted:
-            return
-        for a in self.arrays:
-            a.shape = None
+def _lazy(value: Any) -> Any:
+    """A tensor array left in the tape; any other value converted to Python."""
+    return JsonArray(value) if isinstance(value, simdjson.Array) else _to_python(value)
 
 
 def _to_python(value: Any) -> Any:
@@ -187,6 +148,30 @@ def _to_python(value: Any) -> Any:
     if isinstance(value, simdjson.Object):
         return value.as_dict()
     return value
+
+
+MAX_CONTAINERS = (1 << 20) + 1
+"""Arrays and objects in one field that is not a tensor (the longest legitimate one, ``previous_tokens``, has a
+list per row of logits, at most ``ATTN_MAX_VOCAB`` of them, by default 2**20): more is refused before any is built."""
+
+
+MAX_INPUTS = 64
+"""More inputs than any model has (six at most): refused before they are converted."""
+
+
+def _field(key: str, value: Any) -> Any:
+    """A field that is not a tensor, converted to Python once its arrays and objects are counted (in its bytes)."""
+    if isinstance(value, simdjson.Array | simdjson.Object):
+        mini: Any = value.mini  # bytes at run time; pysimdjson's stubs say str
+        text = mini if isinstance(mini, bytes) else mini.encode()
+        containers = text.count(b"[") + text.count(b"{")  # an upper bound: strings may hold brackets too
+        if containers > MAX_CONTAINERS:
+            raise InvalidInput(
+                f"{key} holds {containers} arrays or objects, more than any field that is not a tensor may "
+                f"({MAX_CONTAINERS})",
+                (key,),
+            )
+    return _to_python(value)
 
 
 def _parse_simdjson(body: bytes) -> Any:
@@ -216,33 +201,13 @@ def _items(obj: simdjson.Object) -> list[tuple[str, Any]]:
     return [(k, obj[k]) for k in keys]
 
 
-def _convert_object(obj: simdjson.Object, lazy: _Lazy) -> tuple[dict[str, Any], int]:
-    """An object whose ``data`` stays lazy (a tensor in object form, an inference input); and its brackets."""
-    out: dict[str, Any] = {}
-    brackets = 0
-    for k, v in _items(obj):
-        brackets += k.count("[")
-        if k == "data":
-            out[k] = lazy.wrap(v)
-        else:
-            out[k] = _to_python(v)
-            brackets += _brackets(out[k])
-    return out, brackets
-
-
-Converted = tuple[Any, int]
-"""A top-level value as Python (tensor arrays left lazy) and the ``[`` characters of the body it accounts for."""
-
-
-def _plain(value: Any) -> Converted:
-    converted = _to_python(value)
-    return converted, _brackets(converted)
+def _convert_object(obj: simdjson.Object) -> dict[str, Any]:
+    """An object whose ``data`` stays lazy (a tensor in object form, an inference input)."""
+    return {k: _lazy(v) if k == "data" else _field(k, v) for k, v in _items(obj)}
 
 
 def _parse_lazily(
-    body: bytes,
-    on_error: Callable[[orjson.JSONDecodeError], Exception],
-    convert: Callable[[str, Any, _Lazy], Converted],
+    body: bytes, on_error: Callable[[orjson.JSONDecodeError], Exception], convert: Callable[[str, Any], Any]
 ) -> Any:
     """A large body parsed by simdjson, each top-level ``(key, value)`` converted by ``convert``; what orjson
     gives when simdjson refuses the body, its root is not an object, or a key is repeated.
@@ -250,18 +215,10 @@ def _parse_lazily(
     root = _parse_simdjson(body)
     if not isinstance(root, simdjson.Object):
         return _loads(body, on_error)
-    lazy = _Lazy()
-    out: dict[str, Any] = {}
-    rest = 0
     try:
-        for key, value in _items(root):
-            out[key], brackets = convert(key, value, lazy)
-            rest += key.count("[") + brackets
+        return {key: convert(key, value) for key, value in _items(root)}
     except _Duplicate:
         return _loads(body, on_error)
-    if lazy.arrays:
-        lazy.verify(body, rest)
-    return out
 
 
 def parse_object(
@@ -276,12 +233,12 @@ def parse_object(
     if len(body) < SIMDJSON_MIN_BYTES or not wanted:
         return _loads(body, on_error)
 
-    def convert(key: str, value: Any, lazy: _Lazy) -> Converted:
+    def convert(key: str, value: Any) -> Any:
         if key not in wanted:
-            return _plain(value)
+            return _field(key, value)
         if isinstance(value, simdjson.Object):
-            return _convert_object(value, lazy)
-        return lazy.wrap(value), 0
+            return _convert_object(value)
+        return _lazy(value)
 
     return _parse_lazily(body, on_error, convert)
 
@@ -291,16 +248,12 @@ def parse_infer_request(body: bytes, on_error: Callable[[orjson.JSONDecodeError]
     if len(body) < SIMDJSON_MIN_BYTES:
         return _loads(body, on_error)
 
-    def convert(key: str, value: Any, lazy: _Lazy) -> Converted:
+    def convert(key: str, value: Any) -> Any:
         if key != "inputs" or not isinstance(value, simdjson.Array):
-            return _plain(value)
-        inputs: list[Any] = []
-        brackets = 1
-        for item in value:
-            spec, item_brackets = _convert_object(item, lazy) if isinstance(item, simdjson.Object) else _plain(item)
-            inputs.append(spec)
-            brackets += item_brackets
-        return inputs, brackets
+            return _field(key, value)
+        if len(value) > MAX_INPUTS:
+            raise InvalidInput(f"inputs has {len(value)} entries; a model takes at most {MAX_INPUTS}", ("inputs",))
+        return [_convert_object(item) if isinstance(item, simdjson.Object) else _field(key, item) for item in value]
 
     return _parse_lazily(body, on_error, convert)
 

@@ -78,12 +78,27 @@ def _from_lists(value: list[Any], name: str, kind: TensorKind, label: str, loc: 
 def _from_json_array(
     value: JsonArray, name: str, kind: TensorKind, label: str, loc: tuple[str | int, ...]
 ) -> np.ndarray:
-    """A :class:`JsonArray`: its float64 buffer when it holds only numbers (a mask of only 0 and 1 is looked at
-    in Python, where integers and floats differ), else the Python lists and the precise path.
+    """A :class:`JsonArray` (its leading dimensions already within the limits): its float64 buffer when it is a
+    rectangular array of numbers, a boolean mask from its bytes, else the first problem, read from its bytes in the
+    precise path's words; no Python object per element either way.
     """
+    structure = value.structure()
+    if kind == "mask" and structure.only_booleans:
+        flags = value.as_bool()
+        if flags is not None:
+            return flags
     arr = value.as_float64()
-    if arr is not None and not (kind == "mask" and ((arr == 0) | (arr == 1)).all()):
+    if arr is not None:
+        if kind == "mask" and not structure.fractions:  # integers only: 0 and 1 alone are ambiguous
+            ambiguous = ambiguous_integer_mask(arr.astype(np.int64), label)
+            if ambiguous is not None:
+                raise InvalidInput(ambiguous, loc)
         return arr
+    found = value.problem(label, _expect(kind))
+    if found is not None:
+        raise InvalidInput(found.message, (*loc, *found.index))
+    # A rectangular array of numbers that simdjson cannot give as doubles: the Python path (rare, and the leading
+    # dimensions were checked against the limits).
     return _from_lists(value.to_python(), name, kind, label, loc)
 
 
@@ -132,8 +147,16 @@ def _from_flat_data(
     count = math.prod(shape)
     if len(data) != count:
         raise InvalidInput(f"{label} has {len(data)} values but shape {list(shape)} needs {count}", loc)
-    if dtype == np.bool_:
-        items = data.to_python() if isinstance(data, JsonArray) else data
+    if dtype == np.bool_ and isinstance(data, JsonArray):  # read from its bytes
+        flags = data.as_bool()
+        if flags is not None and flags.ndim == 1:
+            return flags.reshape(shape)
+        found = data.problem(label, "booleans")
+        if found is not None:
+            raise InvalidInput(f"{found.message} (dtype bool)", (*loc, *found.index))
+        raise InvalidInput(f"{label} must hold booleans for dtype bool", loc)
+    if dtype == np.bool_ and isinstance(data, list):
+        items = data
         try:
             flat = np.array(items)
         except (ValueError, TypeError, OverflowError):
@@ -146,7 +169,11 @@ def _from_flat_data(
         return flat.reshape(shape)
     if isinstance(data, JsonArray):
         fast = data.as_float64()
-        flat = fast if fast is not None and fast.ndim == 1 else _from_lists(data.to_python(), name, "float", label, loc)
+        if fast is None:
+            found = data.problem(label, "numbers")
+            if found is not None:
+                raise InvalidInput(found.message, (*loc, *found.index))
+        flat = fast if fast is not None else _from_lists(data.to_python(), name, "float", label, loc)
     else:
         flat = _from_lists(data, name, "float", label, loc)
     if flat.ndim != 1:

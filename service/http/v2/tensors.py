@@ -164,10 +164,10 @@ def _from_json(data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...]
     if not isinstance(data, list | jsonbody.JsonArray):
         raise bad(f"input {name!r}: data must be a JSON array (flat or nested, row-major)")
     count = math.prod(shape)
-    if isinstance(data, jsonbody.JsonArray) and dtype.kind == "f":
-        fast = data.as_float64()
-        if fast is not None and fast.size == count:
-            return fast.reshape(shape)
+    if isinstance(data, jsonbody.JsonArray):
+        fast = _from_json_array(data, datatype, dtype, shape, name)
+        if fast is not None:
+            return fast
     items = data.to_python() if isinstance(data, jsonbody.JsonArray) else data
     expect = _EXPECT[dtype.kind]
     try:
@@ -204,6 +204,48 @@ def _from_json(data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...]
         return arr.reshape(shape)
     if dtype.kind == "f":
         _check_fits(arr, datatype, dtype, name)
+    return arr.astype(dtype).reshape(shape)
+
+
+def _from_json_array(
+    data: jsonbody.JsonArray, datatype: str, dtype: np.dtype, shape: tuple[int, ...], name: str
+) -> np.ndarray | None:
+    """A large body's ``data`` read from its bytes: the array, or the refusal (size, structure or values), without a
+    Python object per element; None only for numbers simdjson cannot give in that type (the Python path decides).
+    """
+    count = math.prod(shape)
+    structure = data.structure()
+    if dtype.kind == "b":
+        fits = structure.only_booleans
+    else:
+        fits = structure.only_numbers and (dtype.kind == "f" or not structure.fractions)
+    if not fits:
+        expect = _EXPECT[dtype.kind]
+        found = data.problem("data", expect)
+        if found is not None:
+            if found.ragged:
+                raise bad(f"input {name!r}: data is not a rectangular array of {datatype} values: {found.message}")
+            words = {"booleans": "true/false values", "integers": "integers", "numbers": "numbers"}[expect]
+            raise bad(f"input {name!r}: {datatype} data must be {words}: {found.message}")
+        return None
+    assert structure.shape is not None  # only_numbers and only_booleans imply a rectangular array
+    if math.prod(structure.shape) != count:
+        raise bad(f"input {name!r}: data has {math.prod(structure.shape)} values but shape {list(shape)} needs {count}")
+    arr = data.as_bool() if dtype.kind == "b" else data.as_float64() if dtype.kind == "f" else data.as_int64()
+    if arr is None:
+        return None  # numbers simdjson cannot give in that type: the Python path decides
+    if dtype.kind == "f":
+        _check_fits(arr, datatype, dtype, name)
+        return arr.reshape(shape)  # float64 until the precision cast, as from lists
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        outside = np.flatnonzero((arr < info.min) | (arr > info.max))
+        if len(outside):
+            i = int(outside[0])
+            raise bad(
+                f"input {name!r}: data[{i}] = {int(arr.reshape(-1)[i])} is out of range for {datatype} "
+                f"({info.min} to {info.max})"
+            )
     return arr.astype(dtype).reshape(shape)
 
 

@@ -1,0 +1,90 @@
+"""Pathological JSON on a live server (issue 21, item 9): what cannot be a valid tensor is refused from its bytes,
+before any Python object is built for its elements, so the event loop keeps answering and memory stays flat.
+``{"query": [[], [], ... 3,000,000 times], ...}`` (8.6 MB) held the interpreter's lock for 1.1 s (/healthz took
+0.6 to 3.3 s meanwhile) and grew the process by 350 to 750 MB.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.slow  # starts a live server
+
+KV = b', "key": [[1.0]], "value": [[1.0]]'
+
+
+def rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def post_while_probing(url: str, body: bytes) -> tuple[httpx.Response, float, float]:
+    """POST ``body`` while /healthz is asked every 20 ms: (the answer, its time, the slowest probe)."""
+    stop = threading.Event()
+    slowest = [0.0]
+
+    def probe() -> None:
+        with httpx.Client(timeout=30) as c:
+            while not stop.is_set():
+                t0 = time.monotonic()
+                c.get(url + "/healthz")
+                slowest[0] = max(slowest[0], time.monotonic() - t0)
+                time.sleep(0.02)
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    r = httpx.post(url + "/v1/attention", content=body, headers={"content-type": "application/json"}, timeout=60)
+    took = time.monotonic() - t0
+    time.sleep(0.2)
+    stop.set()
+    prober.join(30)
+    return r, took, slowest[0]
+
+
+CASES = {
+    # 3,000,000 empty lists: more rows than a dimension may have, and empty ones
+    "empty lists": (b'{"query": [' + b"[]," * 2_999_999 + b"[]]" + KV + b"}", ["query", "shape", 0]),
+    # (16384, 64, 1), ragged at the very end, every row before it fine: a million inner lists, read from the bytes
+    "ragged": (
+        b'{"query": [' + (b"[" + b"[1.0]," * 63 + b"[1.0]],") * 16_383 + b"[" + b"[1.0]," * 62 + b"[1.0]]]" + KV + b"}",
+        ["query", 16383],
+    ),
+    # a field that is not a tensor, built of millions of lists
+    "not a tensor": (b'{"query": [[1.0]]' + KV + b', "return": [' + b"[]," * 2_999_999 + b"[]]}", ["return"]),
+    # a string at the end of a million numbers (1024 x 1024, within the limits)
+    "a string": (
+        b'{"query": ['
+        + b"["
+        + b"1.0," * 1023
+        + b"1.0],"
+        + (b"[" + b"1.0," * 1023 + b"1.0],") * 1022
+        + b"["
+        + b"1.0," * 1023
+        + b'"x"]]'
+        + KV
+        + b"}",
+        ["query", 1023, 1023],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_pathological_json_is_refused_from_its_bytes(live_server, case: str) -> None:  # type: ignore[no-untyped-def]
+    body, loc = CASES[case]
+    server = live_server()
+    pid = server.proc.pid
+    httpx.get(server.url + "/healthz")
+    before = rss_kb(pid)
+    r, took, slowest = post_while_probing(server.url, body)
+    assert r.status_code == 422, r.text[:500]
+    assert any(e["loc"] == loc for e in r.json()["errors"]), r.json()
+    grown_mb = (rss_kb(pid) - before) / 1024
+    assert took < 2.0, took
+    assert slowest < 0.3, slowest  # the liveness probe is answered meanwhile
+    assert grown_mb < 150, grown_mb  # the body itself and its parse, not millions of Python lists
