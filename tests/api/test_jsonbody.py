@@ -169,3 +169,42 @@ def test_fast_path_decodes_exactly_as_the_python_path(value: list[Any], kind: co
     else:
         assert isinstance(got, np.ndarray) and got.shape == want.shape
         np.testing.assert_array_equal(got, want.astype(got.dtype))
+
+
+# Leaves that stress the byte scan: strings holding brackets, commas and escaped quotes, objects holding arrays.
+_awkward_leaf = st.one_of(
+    _leaf,
+    st.sampled_from(["x[,]", 'a"b[', "\\", 'q\\"],[', "{}", ""]),
+    st.just({"a": [1, [2]], "b": "]"}),
+    st.sampled_from([1e300, -0.0, 2.5e-7, 2**62]),
+)
+_awkward = st.recursive(st.lists(_awkward_leaf, max_size=4), lambda inner: st.lists(inner, max_size=3), max_leaves=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=st.one_of(_awkward, _rectangular), expect=st.sampled_from(["numbers", "numbers or booleans", "booleans"]))
+def test_the_byte_scan_names_the_problem_the_python_walk_names(value: list[Any], expect: Any) -> None:
+    """The byte scan reads a tensor's structure: the same first problem (index, words) as find_problem on
+    the same value as Python lists, and a shape exactly when the lists are a rectangular array of numbers.
+    """
+    import simdjson
+
+    from service.http.codecs.jsonscan import Analysis
+    from service.http.codecs.problems import find_problem
+
+    analysis = Analysis(simdjson.Parser().parse(json.dumps(value).encode()).mini)
+    want, got = find_problem(value, "query", expect), analysis.problem("query", expect)
+    assert (None if got is None else (got.index, got.message, got.ragged)) == (
+        None if want is None else (want.index, want.message, want.ragged)
+    )
+    structure = analysis.structure()
+    if structure.only_numbers:
+        assert find_problem(value, "query", "numbers") is None and np.array(value).shape == structure.shape
+
+
+def test_pathological_arrays_are_read_without_python_objects() -> None:
+    """Three million empty lists: the shape from the bytes (the decoders refuse it by its leading dimensions)."""
+    body = b'{"query": [' + b"[]," * 2_999_999 + b"[]]}"
+    obj = parse_fast(body)
+    assert obj["query"].lead_dims() == (3_000_000, 0)
+    assert "above the limit" in str(decode(obj["query"]))
