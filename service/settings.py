@@ -1,7 +1,7 @@
 """Service settings, read from the environment with the prefix ``ATTN_``.
 
-Every limit the service enforces is here with a safe default; see the README
-table for what each one means.
+Every limit the service enforces is here with a safe default. Each field's description is its documentation:
+docs/reference/settings.md is generated from this class (docs/hooks/reference.py).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def unknown_env_names(environ: Mapping[str, str], fields: set[str]) -> list[str]
         if not upper.startswith(ENV_PREFIX) or upper in valid:
             continue
         close = difflib.get_close_matches(upper, valid, n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]}?)" if close else " (README, 'Settings', lists them)"
+        hint = f" (did you mean {close[0]}?)" if close else " (docs/reference/settings.md lists them)"
         problems.append(f"{name} is not a setting{hint}")
     return problems
 
@@ -55,10 +55,14 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ATTN_", env_file=None, extra="ignore", hide_input_in_errors=True)
 
     # Server
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
-    workers: int = Field(1, ge=1, le=64)
-    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    host: str = Field("127.0.0.1", description="Address the server binds (REST, and gRPC beside it).")
+    port: int = Field(8000, ge=0, le=65535, description="REST port (serve's --port overrides it).")
+    workers: int = Field(
+        1, ge=1, le=64, description="Worker processes (uvicorn's); more than one needs ATTN_METRICS_DIR."
+    )
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        "info", description="Lowest level logged; requests are logged at info, probes and scrapes at debug."
+    )
     gc_freeze: bool = Field(
         True,
         description="Once the engines have started, collect garbage and move every object alive then into the "
@@ -133,7 +137,9 @@ class Settings(BaseSettings):
         default_factory=default_models_dir,
         description="The exported ONNX graphs and their manifest; default: the copy shipped in the package.",
     )
-    enable_onnx: bool = True
+    enable_onnx: bool = Field(
+        True, description="Load the ONNX Runtime engine at start (false: numpy serves everything)."
+    )
     onnx_required: bool = Field(
         False,
         description="Not ready unless the ONNX engine started; by default a broken or missing graph leaves the "
@@ -143,7 +149,9 @@ class Settings(BaseSettings):
         None, description="Execution providers in order of preference; default: best available."
     )
     onnx_intra_op_threads: int = Field(0, ge=0, description="0 lets ONNX Runtime choose.")
-    onnx_graph_optimization_level: Literal["disable", "basic", "extended", "all"] = "all"
+    onnx_graph_optimization_level: Literal["disable", "basic", "extended", "all"] = Field(
+        "all", description="ONNX Runtime's graph optimization level for every session."
+    )
     onnx_memory_arena: bool = Field(
         False,
         description="Keep ONNX Runtime's CPU memory arena: faster repeated large requests, but the process keeps its "
@@ -168,14 +176,35 @@ class Settings(BaseSettings):
         description="Worker threads of the numpy engine (BLAS then runs one thread each); 0: one per CPU.",
     )
 
-    # Diagnostics thresholds (semantics.md, "Diagnostics")
-    diag_collapsed_max_weight: float = Field(_DIAG.collapsed_max_weight, gt=0, le=1)
-    diag_collapsed_row_fraction: float = Field(_DIAG.collapsed_row_fraction, ge=0, le=1)
-    diag_uniform_normalized_entropy: float = Field(_DIAG.uniform_normalized_entropy, gt=0, le=1)
-    diag_saturation_margin: float = Field(_DIAG.saturation_margin, gt=0, lt=1)
-    diag_vanishing_threshold: float = Field(1e-3, ge=0)
+    # Diagnostics thresholds (docs/concepts/diagnostics.md)
+    diag_collapsed_max_weight: float = Field(
+        _DIAG.collapsed_max_weight, gt=0, le=1, description="A row collapses when its largest weight is at least this."
+    )
+    diag_collapsed_row_fraction: float = Field(
+        _DIAG.collapsed_row_fraction,
+        ge=0,
+        le=1,
+        description="A head is 'collapsed' when more than this fraction of its informative rows collapse.",
+    )
+    diag_uniform_normalized_entropy: float = Field(
+        _DIAG.uniform_normalized_entropy,
+        gt=0,
+        le=1,
+        description="A head is 'uniform' when its mean normalized entropy is at least this.",
+    )
+    diag_saturation_margin: float = Field(
+        _DIAG.saturation_margin,
+        gt=0,
+        lt=1,
+        description="A row is saturated when its largest weight exceeds 1 - margin (softmax's gradients vanish).",
+    )
+    diag_vanishing_threshold: float = Field(
+        1e-3,
+        ge=0,
+        description="gradient_health: a row's gradient vanishes when the normalizer's Jacobian norm is below this.",
+    )
 
-    # HTTP hardening (service/http/edge; README "Production")
+    # HTTP hardening (service/http/edge; docs/operations/production.md)
     max_body_bytes: int = Field(
         32 << 20, ge=1024, description="Largest request body on the wire, in bytes (413 before it is read in full)."
     )

@@ -11,7 +11,7 @@ through the normalizer, on the forward pass's row chunks, and summarises:
 * ``mean_entropy`` and ``mean_normalized_entropy`` of the weights (nats;
   ``H / ln n_valid``);
 * ``saturated_fraction``: rows whose largest weight exceeds ``1 - margin``
-  (semantics.md's saturation, the diagnostics' margin);
+  (the saturation of docs/concepts/diagnostics.md, the diagnostics' margin);
 * ``mean_jacobian_norm``: the mean Frobenius norm of the normalizer's Jacobian
   (:func:`service.core.backward.jacobian_norms`), and ``vanishing_fraction``,
   the rows whose norm is below the threshold: how much gradient gets through.

@@ -1,7 +1,7 @@
 """Masks: boolean, additive float, causal (two alignments) and key padding.
 
 Masks combine by selection: a position is kept only if every mask keeps it
-(semantics.md, "Masks"). Booleans follow PyTorch: True means "may attend".
+(docs/concepts/masks.md). Booleans follow PyTorch: True means "may attend".
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ MaskArray = NDArray[np.bool_ | np.floating[Any]]
 
 @dataclass(frozen=True, slots=True)
 class AttentionParams:
-    """Scalar options of one attention call (semantics.md, "Pipeline").
+    """Scalar options of one attention call (docs/concepts/contract.md, "The forward pass").
 
     ``scale`` None means ``1/sqrt(E)``; ``alpha`` is used by ``entmax`` only;
     ``causal`` None means no causal mask.
@@ -38,7 +38,7 @@ class AttentionParams:
 
 @dataclass(slots=True)
 class AttentionInputs:
-    """Tensors of one attention call, ranks 2 to 4 (semantics.md, "Shapes").
+    """Tensors of one attention call, ranks 2 to 4 (docs/concepts/contract.md, "Shapes").
 
     ``mask`` is boolean (True = may attend) or floating (additive), and
     broadcastable to ``(B, Hq, L, S)``; ``key_lengths`` is one int per batch.

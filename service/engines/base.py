@@ -25,7 +25,7 @@ class Engine(Protocol):
 
     ``unsupported_reason`` returns None when the engine can run the task, or a
     sentence saying why not (shown to clients in 422 errors and in
-    ``engine.reason``). ``run`` must honour semantics.md exactly, fully masked
+    ``engine.reason``). ``run`` must honour docs/concepts/contract.md exactly, fully masked
     rows included.
     """
 
@@ -50,7 +50,7 @@ class BackwardEngine(Protocol):
 
     ``backward_unsupported_reason`` works like ``unsupported_reason``; the
     dispatcher treats engines without these two methods as unable to run any
-    backward task. ``run_backward`` must honour semantics.md's "Gradients".
+    backward task. ``run_backward`` must honour the contract's "Gradients".
     """
 
     def backward_unsupported_reason(self, task: BackwardTask) -> str | None: ...

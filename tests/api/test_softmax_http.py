@@ -1,4 +1,4 @@
-"""POST /v1/softmax: semantics.md's reference numbers over HTTP, masks, axis and errors."""
+"""POST /v1/softmax: the contract's reference numbers over HTTP, masks, axis and errors."""
 
 from __future__ import annotations
 

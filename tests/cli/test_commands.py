@@ -42,7 +42,7 @@ def test_softmax_table_against_a_server(keyed_server: LiveServer) -> None:
     lines = done.stdout.splitlines()
     assert lines[0].split() == ["index", "score", "weight"]
     weights = [float(line.split()[2]) for line in lines[1:5]]
-    assert weights == [0.1557, 0.0945, 0.6980, 0.0518]  # semantics.md, row 1
+    assert weights == [0.1557, 0.0945, 0.6980, 0.0518]  # docs/concepts/contract.md, reference row 1
     assert lines[3].count("█") > lines[1].count("█") > lines[4].count("█")  # bars follow the weights
     assert "entropy 0.9169 nats" in done.stdout and "nonzero 4/4" in done.stdout and "max 0.6980 at 2" in done.stdout
 

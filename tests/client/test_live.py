@@ -310,7 +310,7 @@ def test_analyze_sweep(client: AttentionClient) -> None:
 def test_sample_final_distributions_from_the_spec(client: AttentionClient) -> None:
     row = [2.1, 0.5, -1.2, 3.0]
     wanted = ["tokens", "logprobs", "probabilities", "diagnostics", "top_logprobs"]
-    r = client.sample(row, top_k=2, seed=7, n=5, top_logprobs=2, returns=wanted)  # semantics.md: top_k 2
+    r = client.sample(row, top_k=2, seed=7, n=5, top_logprobs=2, returns=wanted)  # docs/concepts/contract.md: top_k 2
     assert r.probabilities is not None and r.tokens is not None and r.logprobs is not None
     np.testing.assert_allclose(r.probabilities, [0.2891, 0, 0, 0.7109], atol=1e-4)
     assert r.tokens.shape == (5,) and set(r.tokens.tolist()) <= {0, 3} and r.seed == 7

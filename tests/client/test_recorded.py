@@ -1,7 +1,8 @@
-"""Request building and answer parsing of every /v1 method, against answers shaped as api.md writes them.
+"""Request building and answer parsing of every /v1 method, against answers shaped as the fixed names say.
 
 The live tests (test_live.py) run the methods whose routes are on main against a real server; these
-check the exact bodies the client sends (names from api.md) and the typed results it builds.
+check the exact bodies the client sends (docs/concepts/fixed-names.md's names) and the typed results it
+builds.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """A 60-digit reference for alpha-entmax, in the standard library's ``decimal`` (no float rounding anywhere).
 
 ``p_i = (1 + a (y_i - lam))_+^(1/a)`` with ``a = alpha - 1``, ``y = z - max z`` and ``lam`` found by bisection
-so that the weights sum to 1 (semantics.md's ``[(alpha-1) z - tau]_+^(1/(alpha-1))`` with ``tau = a lam - 1``).
+so that the weights sum to 1 (docs/concepts/normalizers.md's ``[(alpha-1) z - tau]_+^(1/(alpha-1))`` with
+``tau = a lam - 1``).
 The float64 ``alpha`` and scores are taken exactly as the binary numbers they are.
 """
 

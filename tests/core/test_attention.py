@@ -39,7 +39,7 @@ def test_golden_backward(case: dict) -> None:
 
 
 def naive(q, k, v, *, keep=None, bias=None, scale=None, temperature=1.0, normalizer="softmax", alpha=None):
-    """Direct transcription of semantics.md's pipeline on rank-4 float64 arrays, one row at a time."""
+    """Direct transcription of the contract's forward pass on rank-4 float64 arrays, one row at a time."""
     from service.core import normalizers
 
     B, Hq, L, E = q.shape

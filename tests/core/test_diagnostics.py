@@ -1,4 +1,4 @@
-"""Tests of service.core.diagnostics against hand-computed values (semantics.md, "Diagnostics"), on both paths."""
+"""Tests of service.core.diagnostics against hand-computed values (docs/concepts/diagnostics.md), on both paths."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def test_reference_softmax_entropies() -> None:
 
 
 def test_sparsemax_zeros_count_exact_zeros_among_valid_keys() -> None:
-    # semantics.md sparsemax rows; the last key of every row is masked (valid_keys 3)
+    # the contract's reference sparsemax rows; the last key of every row is masked (valid_keys 3)
     w = as4d([[0.0, 0.0, 1.0, 0.0], [0.05, 0.0, 0.0, 0.95], [0.15, 0.0, 0.85, 0.0]])
     r = attention_diagnostics(w, np.array([[[4, 4, 3]]]))
     assert r["zeros"][0, 0].tolist() == [3, 2, 1]

@@ -1,4 +1,4 @@
-"""Tests of service.core.normalizers against semantics.md ("Normalizers", "Gradients",
+"""Tests of service.core.normalizers against docs/concepts/contract.md ("Normalizers", "Gradients",
 "Reference numbers") and the masking contract (-inf in, exact 0 out, no NaN).
 """
 
@@ -32,7 +32,7 @@ from service.core.normalizers import (
 
 Forward = Callable[..., np.ndarray]
 
-# semantics.md, "Reference numbers" (float64, rounded to 4 places).
+# docs/concepts/contract.md, "Reference numbers" (float64, rounded to 4 places).
 ROWS = np.array(
     [
         [1.0, 0.5, 2.5, -0.1],

@@ -82,14 +82,14 @@ def test_diagnostics_of_the_reference_row() -> None:
     q = np.array([p[0], p[3]]) / (p[0] + p[3])
     np.testing.assert_allclose(filtered.entropy, [-(q * np.log(q)).sum()], rtol=1e-12)
     raw = S.raw_stats(ROW2[None])
-    np.testing.assert_allclose(raw.entropy, [0.8296], atol=1e-4)  # semantics.md: row 2's softmax entropy
+    np.testing.assert_allclose(raw.entropy, [0.8296], atol=1e-4)  # docs/concepts/contract.md: row 2's softmax entropy
 
 
 # --------------------------------------------------------------------------- a plain reference, row by row
 
 
 def reference(z: np.ndarray, params: S.SamplingParams) -> np.ndarray:
-    """Steps 4-8 for one row of step 3's values with a full sort per row (semantics.md, literally)."""
+    """Steps 4-8 for one row of step 3's values with a full sort per row (docs/concepts/contract.md, literally)."""
     out = np.zeros_like(z)
     if params.temperature == 0:
         out[int(np.argmax(z))] = 1

@@ -1,9 +1,10 @@
 """The playground in a real headless Chromium (Debian's chromium driven by Playwright).
 
 Loads ``/``, moves the temperature (with the mouse-free ``fill`` and with the keyboard), checks the bars
-against semantics.md's numbers, toggles the causal and padding masks and checks the heatmap's masked
-cells are empty, runs the gradient, sampling and calibration panels, and saves screenshots (into
-``$PLAYGROUND_SCREENSHOTS_DIR`` when set: ``make screenshots`` refreshes the ones the README shows).
+against the contract's reference numbers (docs/concepts/contract.md), toggles the causal and padding masks and
+checks the heatmap's masked cells are empty, runs the gradient, sampling and calibration panels, and saves
+screenshots (into ``$PLAYGROUND_SCREENSHOTS_DIR`` when set: ``make screenshots`` refreshes the ones
+docs/guides/playground.md shows).
 """
 
 from __future__ import annotations

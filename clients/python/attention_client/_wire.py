@@ -1,6 +1,6 @@
 """Wire helpers: tensors to and from the service's ``b64`` form, and JSON in and out.
 
-The ``b64`` form (api.md, "Tensors on the wire") is ``{"shape", "dtype", "b64"}`` with the
+The ``b64`` form (docs/concepts/fixed-names.md, "Tensors on the wire") is ``{"shape", "dtype", "b64"}`` with the
 base64 of the little-endian C-order bytes, so large arrays are neither printed as JSON text
 nor parsed back from it. orjson and pybase64 are used when installed (``attention-client[fast]``);
 the standard library otherwise.

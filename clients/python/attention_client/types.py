@@ -1,4 +1,4 @@
-"""The option values of the API (api.md) as ``Literal`` types, so a type checker catches a typo."""
+"""The option values of the API (docs/concepts/fixed-names.md) as ``Literal`` types: a type checker catches a typo."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scaled dot-product attention with pluggable normalizers, on numpy (semantics.md, "Pipeline").
+"""Scaled dot-product attention with pluggable normalizers, on numpy (docs/concepts/contract.md, "The forward pass").
 
 The pipeline, in order: ``scores = scale * Q K^T``, add the mask bias (booleans select, floats add),
 divide by the temperature, normalize over the key axis, ``output = A V``. The backward pass

@@ -1,4 +1,4 @@
-"""What an attention call may ask for: its shapes (semantics.md, "Shapes") and its options."""
+"""What an attention call may ask for: its shapes (docs/concepts/contract.md, "Shapes") and its options."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class Dims:
 
 
 def check_dims(query_shape: tuple[int, ...], key_shape: tuple[int, ...], value_shape: tuple[int, ...]) -> Dims:
-    """Check the shapes agree (semantics.md, "Shapes") and return the sizes.
+    """Check the shapes agree (docs/concepts/contract.md, "Shapes") and return the sizes.
 
     Errors name the field and dimension, e.g. "key has E=32 but query has E=64". Cached per shapes (a request
     checks its shapes in the API, the cost estimates and the engine; errors are not cached).
@@ -118,5 +118,5 @@ def check_params(params: AttentionParams) -> None:
 
 
 def resolved_scale(params: AttentionParams, head_dim: int) -> float:
-    """The scale a request runs at: its own, or ``1/sqrt(E)`` when it gives none (semantics.md, "Pipeline")."""
+    """The scale a request runs at: its own, or ``1/sqrt(E)`` when it gives none (the contract's "The forward pass")."""
     return params.scale if params.scale is not None else 1.0 / math.sqrt(head_dim)

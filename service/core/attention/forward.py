@@ -1,4 +1,4 @@
-"""The forward pass: ``output = normalizer((scale * Q K^T + bias) / T) V`` on numpy (semantics.md, "Pipeline").
+"""The forward pass: ``output = normalizer((scale * Q K^T + bias) / T) V`` on numpy (the contract's "The forward pass").
 
 A task of at most :data:`FAST_PATH_SCORES` scores runs in one pass over arrays with a leading batch
 axis (:func:`forward_small`); larger ones chunk by chunk (:func:`forward_chunked`, on
@@ -61,7 +61,8 @@ def _relu_weights(
     ``relu(y / T) / sum relu(y / T)`` does not depend on T > 0, so the temperature is left out (a
     temperature of 1e300, or one that makes the scores overflow, cannot turn a row into zeros), and y is
     formed in float64, where a float32 request's scores can neither overflow nor underflow. The row is
-    then scaled by its largest value before summing (semantics.md; :func:`normalizers.relu_normalize`).
+    then scaled by its largest value before summing (docs/concepts/normalizers.md, "relu";
+    :func:`normalizers.relu_normalize`).
     ``scores_out`` (when given, shaped as the weights) receives the scores ``y / T`` rounded to its dtype.
     """
     y = relu_scores(p, q, k, bias, drop)
@@ -224,7 +225,7 @@ def forward_chunked(
 
 
 def run_attention(task: AttentionTask, *, executor: Executor | None = None, workers: int = 1) -> AttentionResult:
-    """Run attention on numpy; the reference implementation of semantics.md.
+    """Run attention on numpy; the reference implementation of docs/concepts/contract.md.
 
     A task of at most :data:`FAST_PATH_SCORES` scores runs in one pass
     (:func:`forward_small`, bit-identical to the chunked path). Larger ones are

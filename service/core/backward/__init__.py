@@ -1,4 +1,4 @@
-"""Backward pass through attention, and the health of the gradients (semantics.md, "Gradients").
+"""Backward pass through attention, and the health of the gradients (docs/concepts/contract.md, "Gradients").
 
 With ``Z = (scale * Q K^T + bias) / T`` the normalizer input (``-inf`` where
 masked), ``A = normalizer(Z)`` and ``O = A V``, for an upstream gradient ``dO``

@@ -70,7 +70,7 @@ def jacobian_norms(
     support ``J = diag(w) - w w^T / sum(w)`` with ``w = p^(2 - alpha)`` (Peters
     et al. 2019; softmax: ``w = p``, ``sum(w) = 1``, ``J = diag(p) - p p^T``), so
     ``||J||_F^2 = sum w^2 - 2 sum w^3 / s + (sum w^2 / s)^2`` with ``s = sum w``;
-    for softmax that is semantics.md's ``sum p^2 - 2 sum p^3 + (sum p^2)^2``, and
+    for softmax that is the contract's ``sum p^2 - 2 sum p^3 + (sum p^2)^2``, and
     for sparsemax ``|S| - 1``. relu (``p = r / s``, ``r = relu(z)``): ``J =
     (diag(a) - p a^T) / s`` with ``a`` the indicator of ``z > 0``, so
     ``||J||_F^2 = (k - 2 + k sum p^2) / s^2`` with ``k = sum a``; relu needs ``z``.

@@ -1,4 +1,4 @@
-"""Attention diagnostics (semantics.md, "Diagnostics").
+"""Attention diagnostics (docs/concepts/diagnostics.md).
 
 Pure numpy and standard library. The per-row statistics are computed in one
 pass over the weights, in blocks of about ``rows.BLOCK_ELEMENTS`` elements copied

@@ -16,7 +16,7 @@ class DiagnosticThresholds:
     * ``uniform_normalized_entropy`` (0.95): a head is ``uniform`` when the mean
       normalized entropy of its informative rows is ``>=`` this (1 is exactly
       uniform; 0.95 still means the head barely discriminates between keys).
-    * ``saturation_margin`` (1e-6, semantics.md): an informative row is
+    * ``saturation_margin`` (1e-6, docs/concepts/diagnostics.md): an informative row is
       *saturated* when its max weight is ``> 1 - margin``: softmax gradients
       through it are then below ~1e-6 and vanish.
     """

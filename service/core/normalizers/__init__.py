@@ -1,4 +1,4 @@
-"""Attention normalizers and their vector-Jacobian products (semantics.md, "Normalizers").
+"""Attention normalizers and their vector-Jacobian products (docs/concepts/normalizers.md).
 
 Every forward map turns a score vector ``z`` into weights on the probability
 simplex ``Delta = {p : p >= 0, sum(p) = 1}``, along ``axis`` of an array of any

@@ -1,4 +1,4 @@
-"""alpha-entmax for any alpha > 1, by bisection on the threshold tau (semantics.md, "Normalizers")."""
+"""alpha-entmax for any alpha > 1, by bisection on the threshold tau (docs/concepts/normalizers.md, "alpha-entmax")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The normalizers' vector-Jacobian products (semantics.md, "Gradients")."""
+"""The normalizers' vector-Jacobian products (docs/concepts/normalizers.md, "Gradients")."""
 
 from __future__ import annotations
 

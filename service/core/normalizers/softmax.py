@@ -1,4 +1,4 @@
-"""Softmax and log-softmax (semantics.md, "Normalizers")."""
+"""Softmax and log-softmax (docs/concepts/normalizers.md, "softmax")."""
 
 from __future__ import annotations
 

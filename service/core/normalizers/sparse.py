@@ -1,4 +1,4 @@
-"""The exact sort-based normalizers: sparsemax (alpha = 2) and 1.5-entmax (semantics.md, "Normalizers")."""
+"""The exact sort-based normalizers: sparsemax (alpha = 2) and 1.5-entmax (docs/concepts/normalizers.md)."""
 
 from __future__ import annotations
 
@@ -66,6 +66,6 @@ def entmax15(z: np.ndarray, axis: int = -1) -> np.ndarray:
     entropy ``H^T_alpha(p) = sum_j (p_j - p_j^alpha) / (alpha (alpha - 1))``.
     The solution is ``p = max(z' - tau, 0)^2`` with ``z' = (z - max) / 2``;
     tau is found exactly from prefix means and variances of z' sorted
-    descending (semantics.md, "Normalizers").
+    descending (docs/concepts/normalizers.md, "entmax15").
     """
     return apply_rows(z, axis, _entmax15_rows)

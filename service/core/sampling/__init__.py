@@ -1,4 +1,4 @@
-"""Logits post-processing and sampling (semantics.md, "Logits post-processing"), in numpy only.
+"""Logits post-processing and sampling (docs/concepts/contract.md, "Logits post-processing"), in numpy only.
 
 The steps, in this order, over the last axis of ``(N, V)`` logits:
 

@@ -29,7 +29,7 @@ class SamplingParams:
 
 
 def check_params(params: SamplingParams) -> None:
-    """Reject options outside their ranges (api.md), naming the field."""
+    """Reject options outside their ranges (docs/concepts/fixed-names.md), naming the field."""
     checks = (
         ("temperature", math.isfinite(params.temperature) and params.temperature >= 0, "must be a finite number >= 0"),
         ("top_k", params.top_k >= 0, "must be an integer >= 0 (0 = off)"),

@@ -22,7 +22,7 @@ temperature   ()                                     divides the biased scores (
 alpha         ()                                     entmax graphs only: alpha > 1
 ============  =====================================  ==========================================
 
-and computes semantics.md's pipeline: ``z = (scale Q K^T + bias) / T`` with
+and computes the forward pass of docs/concepts/contract.md: ``z = (scale Q K^T + bias) / T`` with
 ``-inf`` where ``keep_mask`` is False (by ``Where``: selection, never a
 finite sentinel), a normalizer over the key axis, ``output = A V``. A fully
 masked row gives zero weights and a zero output (inside the primitive graphs;

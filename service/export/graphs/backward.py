@@ -1,4 +1,4 @@
-"""The softmax attention graph with its backward pass (semantics.md, "Gradients")."""
+"""The softmax attention graph with its backward pass (docs/concepts/contract.md, "Gradients")."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ BACKWARD_OUTPUTS = ("grad_query", "grad_key", "grad_value", "output", "weights",
 
 
 def build_softmax_backward(g: GraphBuilder) -> None:
-    """Softmax attention and its backward (semantics.md, "Gradients") in one graph.
+    """Softmax attention and its backward (the contract's "Gradients") in one graph.
 
     The forward part is the primitive softmax graph's (grouped-query MatMuls, rows
     without a key zeroed); then, with ``G = (B, Hkv, group * L, .)`` views:

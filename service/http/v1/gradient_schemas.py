@@ -1,4 +1,7 @@
-"""Pydantic models of ``/v1/attention/backward`` and ``/v1/attention/analyze`` (field names fixed by api.md)."""
+"""Pydantic models of ``/v1/attention/backward`` and ``/v1/attention/analyze``.
+
+Their field names are fixed: docs/concepts/fixed-names.md.
+"""
 
 from __future__ import annotations
 

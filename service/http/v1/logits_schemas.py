@@ -1,4 +1,4 @@
-"""Pydantic models of ``POST /v1/sample`` and ``POST /v1/calibrate`` (field names fixed by api.md)."""
+"""Pydantic models of ``POST /v1/sample`` and ``POST /v1/calibrate`` (names fixed by docs/concepts/fixed-names.md)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ DEFAULT_RETURN: tuple[SampleReturn, ...] = ("tokens", "logprobs", "diagnostics")
 
 
 class SampleRequest(BaseModel):
-    """Body of ``POST /v1/sample`` (semantics.md, "Logits post-processing": the steps run in this order)."""
+    """Body of ``POST /v1/sample`` (the contract's "Logits post-processing": the steps run in this order)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -243,7 +243,7 @@ class HeadGradientHealth(BaseModel):
 
 
 class GradientHealthReport(BaseModel):
-    """Gradient health (semantics.md): how much gradient the normalizer lets through, per head."""
+    """Gradient health (the contract's "Gradient health"): how much gradient the normalizer lets through, per head."""
 
     threshold: float = Field(description="A row's gradient vanishes when its Jacobian norm is below this.")
     heads: list[HeadGradientHealth]
