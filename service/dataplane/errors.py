@@ -72,6 +72,21 @@ class ServiceError(Exception):
         return f"ServiceError({self.kind.name}, {self.message!r})"
 
 
+V1_REMEDY_WORDS = {"float64": "precision float64"}
+"""How the core's messages (written in /v1's words) name each remedy that front ends express differently."""
+OIP_REMEDY_WORDS = {"float64": "the FP64 datatype"}
+"""The same remedies in the Open Inference Protocol's terms (/v2 and gRPC have no ``precision``: FP64 inputs
+compute in float64)."""
+
+
+def phrased(error: ServiceError, words: dict[str, str]) -> str:
+    """``error``'s message with its remedy in a front end's own words (``words``, e.g. :data:`OIP_REMEDY_WORDS`)."""
+    remedy = error.remedy
+    if remedy is None or remedy not in words or remedy not in V1_REMEDY_WORDS:
+        return error.message
+    return error.message.replace(V1_REMEDY_WORDS[remedy], words[remedy])
+
+
 def invalid(message: str, *loc: str | int) -> ServiceError:
     """An ``INVALID`` error naming the field ``loc`` (a path: field, then indices)."""
     return ServiceError(Kind.INVALID, message, errors=[{"loc": list(loc), "msg": message}])

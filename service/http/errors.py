@@ -16,7 +16,15 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from service.dataplane.errors import ANSWERABLE, FieldError, Kind, ServiceError, as_service_error
+from service.dataplane.errors import (
+    ANSWERABLE,
+    OIP_REMEDY_WORDS,
+    FieldError,
+    Kind,
+    ServiceError,
+    as_service_error,
+    phrased,
+)
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBLEM_TYPE_BASE = "https://attention-service.dev/problems/"
@@ -143,26 +151,11 @@ def app_path(scope: Mapping[str, Any]) -> str:
     return path
 
 
-V1_REMEDY_WORDS = {"float64": "precision float64"}
-"""How the core's messages (in /v1's words) name each remedy that /v1 and /v2 express differently."""
-V2_REMEDY_WORDS = {"float64": "the FP64 datatype"}
-"""The same remedies in the Open Inference Protocol's terms: /v2 has no ``precision``; an input sent as FP64
-computes in float64."""
-
-
-def phrased(error: ServiceError, words: Mapping[str, str]) -> str:
-    """``error``'s message with its remedy in a front end's own words (``words``): /v1's phrase replaced."""
-    remedy = error.remedy
-    if remedy is None or remedy not in words or remedy not in V1_REMEDY_WORDS:
-        return error.message
-    return error.message.replace(V1_REMEDY_WORDS[remedy], words[remedy])
-
-
 def v2_error(exc: BaseException) -> Response | None:
     """The /v2 answer to a request error (None for anything else: a bug, left to the 500 handling)."""
     error = as_service_error(exc)
     if error is not None:
-        message = phrased(error, V2_REMEDY_WORDS)
+        message = phrased(error, OIP_REMEDY_WORDS)  # /v2 has no precision: the remedy is the FP64 datatype
         return protocol_error_response(V2_STATUS[error.kind], message, retry_headers(error))
     if isinstance(exc, ProblemError):
         return protocol_error_response(400 if exc.status == 422 else exc.status, exc.detail, exc.headers)
