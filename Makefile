@@ -8,7 +8,7 @@ LOCK   := requirements.lock
 # pip-compile (pip-tools) writes the locks: exact versions with every file's sha256.
 PIP_COMPILE := $(BIN)/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: serve check format unasync test test-floors screenshots bench bench-engines bench-sample bench-http load-test export-models image smoke-podman lock lock-upgrade clean
+.PHONY: serve check format unasync test test-floors docs screenshots bench bench-engines bench-sample bench-http load-test export-models image smoke-podman lock lock-upgrade clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,7 +69,12 @@ test-floors:
 	$(FLOORS_VENV)/bin/python tests/packaging/floors.py $(FLOORS_EXTRAS) --check
 	ATTN_ONNX_REQUIRED=true $(FLOORS_VENV)/bin/python -m pytest -p no:cacheprovider -q $(FLOORS_TESTS)
 
-# Refresh the playground screenshots the README shows (needs Debian's chromium: apt-get install -y chromium).
+# The documentation site into build/site (mkdocs.yml; `$(BIN)/mkdocs serve` for a live preview). Strict: a broken
+# link or anchor, a page left out of the navigation or an unreadable docstring fails it. Needs no network.
+docs: $(VENV)/.installed-test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# Refresh the playground screenshots docs/guides/playground.md shows (needs Debian's chromium: apt-get install -y chromium).
 screenshots: $(VENV)/.installed-test
 	PLAYGROUND_SCREENSHOTS_DIR=docs/screenshots $(BIN)/python -m pytest tests/playground -q
 
