@@ -27,7 +27,7 @@ import grpc
 from grpc import aio
 
 from service.dataplane.auth import MISSING_KEY, WRONG_KEY, ApiKeys, presented_key
-from service.dataplane.errors import ANSWERABLE, Kind, ServiceError, as_service_error
+from service.dataplane.errors import ANSWERABLE, OIP_REMEDY_WORDS, Kind, ServiceError, as_service_error, phrased
 from service.observability.logs import REQUEST_ID
 from service.observability.metrics import ServiceMetrics
 
@@ -76,10 +76,12 @@ def check_key(keys: ApiKeys | None, metadata: dict[str, str]) -> None:
 
 
 async def abort(context: aio.ServicerContext, error: ServiceError) -> NoReturn:
-    """End the call with the error's status; ``retry-after`` (seconds) in the trailing metadata when it helps."""
+    """End the call with the error's status and message (a remedy in the protocol's words: the FP64 datatype,
+    as /v2 says it); ``retry-after`` (seconds) in the trailing metadata when it helps.
+    """
     if error.retry_after_s is not None:
         context.set_trailing_metadata((("retry-after", str(error.retry_after_s)),))
-    await context.abort(STATUS[error.kind], error.message)
+    await context.abort(STATUS[error.kind], phrased(error, OIP_REMEDY_WORDS))
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
 

@@ -79,6 +79,23 @@ def test_refusals_have_the_protocols_status_and_rests_message(server: GrpcServer
     assert err.status() == "StatusCode.INVALID_ARGUMENT" and "query[0, 0, 1, 2] is nan" in err.message()
 
 
+def test_an_overflow_names_the_protocols_remedy_as_rest_does(server: GrpcServer) -> None:
+    """float32 scores that overflow: the remedy is the FP64 datatype (the protocol has no precision field)."""
+    client = tg.InferenceServerClient(server.target)
+    arrays = {"query": [[1e20]], "key": [[-1e20], [-1e20]], "value": [[1.0], [2.0]]}
+    grpc_inputs, rest_inputs = [], []
+    for name, values in arrays.items():
+        arr = np.array(values, dtype=np.float32)
+        t = tg.InferInput(name, list(arr.shape), "FP32")
+        t.set_data_from_numpy(arr)
+        grpc_inputs.append(t)
+        rest_inputs.append({"name": name, "shape": list(arr.shape), "datatype": "FP32", "data": arr.ravel().tolist()})
+    err = refusal(lambda: client.infer("attention", grpc_inputs))
+    status, message = rest_error(server, "attention", {"inputs": rest_inputs})
+    assert err.status() == "StatusCode.INVALID_ARGUMENT" and status == 400
+    assert err.message() == message and "FP64" in message and "precision" not in message
+
+
 def test_a_message_over_the_body_limit_is_resource_exhausted_with_the_limit(server: GrpcServer) -> None:
     client = tg.InferenceServerClient(server.target)
     huge = np.zeros((700, 16384), dtype=np.float32)  # 45.9 MB, over the server's 40 MiB
