@@ -58,7 +58,11 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address the server binds (REST, and gRPC beside it).")
     port: int = Field(8000, ge=0, le=65535, description="REST port (serve's --port overrides it).")
     workers: int = Field(
-        1, ge=1, le=64, description="Worker processes (uvicorn's); more than one needs ATTN_METRICS_DIR."
+        1,
+        ge=1,
+        le=64,
+        description="Worker processes (uvicorn's); more than one needs ATTN_METRICS_DIR, and each worker takes "
+        "connections only once its engines are warm.",
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         "info", description="Lowest level logged; requests are logged at info, probes and scrapes at debug."
@@ -86,21 +90,23 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest estimated work of one request, in float32 GEMM-equivalent operations: its estimated "
         "single-core time on the reference machine times 50 GFLOP/s (2e11 is about 4 core-seconds; see "
-        "service/engines/cost.py).",
+        "service/engines/cost.py), scaled to this machine by ATTN_COST_CALIBRATION.",
     )
     memory_budget_bytes: int = Field(
         1 << 30,
         ge=1 << 20,
         description="Estimated memory of the requests computed at once by one worker process (inputs, engine "
         "intermediates, results and response). A request whose own estimate exceeds it is refused (413); others wait "
-        "for room up to ATTN_QUEUE_TIMEOUT_S (then 503).",
+        "for room up to ATTN_QUEUE_TIMEOUT_S (then 503). Request bodies count too, from admission "
+        "(ATTN_BODY_MEMORY_BYTES).",
     )
     body_memory_bytes: int = Field(
         0,
         ge=0,
         description="How much of ATTN_MEMORY_BUDGET_BYTES request bodies may hold: each admitted request reserves "
-        "its declared length (a streamed body, what arrives) until it ends, and is refused 503 with Retry-After "
-        "while the budget's reservations would pass this; the rest of the budget stays for the work in progress. "
+        "its declared length (a streamed body, what arrives; a gzip body, what it inflates to) until it ends, and "
+        "is refused 503 with Retry-After while the budget's reservations would pass this; the rest of the budget "
+        "stays for the work in progress. "
         "0: half the budget, at least ATTN_MAX_BODY_BYTES.",
     )
     cost_calibration: str = Field(
@@ -248,7 +254,10 @@ class Settings(BaseSettings):
         65536, gt=0, description="Slowest sustained upload accepted after the first ATTN_BODY_TIMEOUT_S (bytes/s)."
     )
     max_header_bytes: int = Field(
-        16384, ge=1024, description="Largest request line plus headers, in bytes (431 and the connection closed)."
+        16384,
+        ge=1024,
+        description="Largest request line plus headers, in bytes, counted before they are parsed whatever arrives "
+        "in one read (431 and the connection closed).",
     )
     header_timeout_s: float = Field(
         10.0,
@@ -325,16 +334,24 @@ class Settings(BaseSettings):
     )
     metrics_dir: Path | None = Field(
         None,
-        description="prometheus-client multiprocess directory (PROMETHEUS_MULTIPROC_DIR); required when workers > 1.",
+        description="prometheus-client multiprocess directory (PROMETHEUS_MULTIPROC_DIR); required when workers > 1, "
+        "with 4 MiB free per worker and one more (checked at start: serve exits 2 with the reason).",
     )
-    log_format: Literal["json", "text"] = Field("json", description="Log lines as JSON objects or plain text.")
+    log_format: Literal["json", "text"] = Field(
+        "json",
+        description="Log lines as JSON objects or plain text (control characters escaped as \\xHH, one line per "
+        "record).",
+    )
     tracing: bool = Field(
         False,
         description="OpenTelemetry tracing (needs the 'tracing' extra): a span per request, continuing the "
         "caller's traceparent, with decode, engine and encode spans; exported over OTLP (OTEL_* variables).",
     )
     shutdown_grace_s: float = Field(
-        30.0, ge=0, description="On SIGTERM, how long requests in flight may take to finish before they are cancelled."
+        30.0,
+        ge=0,
+        description="On SIGTERM, how long requests in flight may take to finish; those still running then are "
+        "answered 503 with Retry-After and Connection: close.",
     )
     debug_delay_s: float = Field(
         0.0,
