@@ -55,7 +55,7 @@ class Runtime:
         """Engines without which the service is not ready: numpy always, ONNX with ``ATTN_ONNX_REQUIRED``.
 
         Another engine that fails to start leaves the service ready in degraded mode: ``auto``
-        serves every request on the engines that did start (README, "Engines").
+        serves every request on the engines that did start (docs/concepts/engines.md, "Degraded mode").
         """
         required = {"numpy"}
         if getattr(self.settings, "onnx_required", False):

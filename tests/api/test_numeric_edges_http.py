@@ -177,7 +177,7 @@ def test_float_mask_overflowing_after_temperature_is_a_422_in_float32(both, engi
 @pytest.mark.parametrize("engine", ENGINES)
 def test_float_mask_after_temperature_in_float64_is_plain_arithmetic(both, engine) -> None:
     # In float64 the bias fits (-1e44), but -1e38 + 3 == -1e38: the bias absorbs the scores, as in any
-    # floating-point evaluation of (score + bias) / T, so the row is uniform (documented in the README).
+    # floating-point evaluation of (score + bias) / T, so the row is uniform (docs/concepts/numeric-edges.md).
     body = {**MASKED_ROW, "mask": [-1e38, -1e38, -1e38], "temperature": 1e-6}
     res = ok(post(both, body, engine, "float64"), engine)
     np.testing.assert_allclose(res["weights"], [[1 / 3] * 3], rtol=1e-13)

@@ -195,7 +195,7 @@ def test_hadolint_threshold_catches_warnings(tmp_path: Path) -> None:
     assert result.returncode != 0 and "DL3008" in result.stdout, result.stdout + result.stderr
 
 
-# An exact Python release of the slim Debian image, pinned by digest (README, "Deploy": bumping it).
+# An exact Python release of the slim Debian image, pinned by digest (docs/operations/image.md: bumping it).
 PINNED_BASE = re.compile(r"python:3\.11\.\d+-slim-[a-z]+@sha256:[0-9a-f]{64}")
 
 

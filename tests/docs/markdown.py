@@ -41,7 +41,7 @@ _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 @dataclass(frozen=True)
 class Block:
     page: str
-    """The page, relative to docs/."""
+    """The page, relative to the repository (docs/... or README.md)."""
     line: int
     """The line of the opening fence (1-based)."""
     lang: str
@@ -53,7 +53,7 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"docs/{self.page}:{self.line}"
+        return f"{self.page}:{self.line}"
 
 
 def blocks(path: Path) -> list[Block]:
@@ -80,7 +80,7 @@ def blocks(path: Path) -> list[Block]:
             marker = mm["what"]
         found.append((i, j, lang, text + "\n", marker))
         i = j + 1
-    rel = path.relative_to(DOCS).as_posix()
+    rel = path.relative_to(ROOT).as_posix()
     result: list[Block] = []
     for n in range(len(found) - 1, -1, -1):
         start, end, lang, text, marker = found[n]
@@ -92,6 +92,8 @@ def blocks(path: Path) -> list[Block]:
 
 
 def pages() -> Iterator[Path]:
+    """The site's pages, and the README, whose examples are the first a reader meets."""
+    yield ROOT / "README.md"
     yield from sorted(DOCS.rglob("*.md"))
 
 
