@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from service.core import sampling
+from service.core.errors import NumericalError, wider_remedies
 from service.dataplane import budget
 from service.dataplane.context import Context
 from service.dataplane.errors import invalid
@@ -109,7 +110,7 @@ def sample(
         if "raw_logprobs" in returned:
             assert raw is not None
             picked = np.take_along_axis(np.atleast_2d(logits), tokens, axis=-1).astype(np.float64)
-            raw_lp = (picked - raw.max[:, None] - raw.lse[:, None]).astype(dtype).reshape(shape)
+            raw_lp = representable(picked - raw.max[:, None] - raw.lse[:, None], dtype, "raw_logprobs").reshape(shape)
         diagnostics = None
         if "diagnostics" in returned:
             assert raw is not None
@@ -131,6 +132,22 @@ def sample(
         )
 
     return Job(flops, size, memory, run)
+
+
+def representable(values: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
+    """float64 ``values`` in the answer's ``dtype``; one beyond it (a raw log-probability of -6e38 from float32
+    logits 3e38 apart) is refused by element, never answered as -inf (null in JSON).
+    """
+    with np.errstate(over="ignore"):
+        out = values.astype(dtype)
+    if dtype == values.dtype or np.isfinite(out).all():
+        return out
+    i = int(np.argmax(~np.isfinite(out).reshape(-1)))
+    raise NumericalError(
+        f"{name}[{i}] = {values.reshape(-1)[i]:g} is beyond {dtype.name} (largest {float(np.finfo(dtype).max):g}): "
+        f"the drawn token's log-probability under the logits as given; use precision float64, or leave {name} out",
+        remedies=wider_remedies(dtype.name),
+    )
 
 
 def _top_logprobs(filtered: sampling.Filtered, m: int, rank: int) -> Any:

@@ -230,7 +230,9 @@ def test_extreme_logits_never_answer_nan(client, dtype: str) -> None:
         {"temperature": 1e-300, "min_p": 0.5},
         {"temperature": 1e308},
     ):
+        # A seed that draws token 0 or 2 (a draw of token 1 has a raw log-probability beyond float32: a 422).
         body = {"logits": b64([big, -big, 0.0], dtype), "precision": dtype, "return": ALL, "top_logprobs": 3, **extra}
+        body["seed"] = 3
         r = client.post("/v1/sample", json=body)
         assert r.status_code == 200, r.text
         assert "null" not in r.text and "NaN" not in r.text
@@ -239,6 +241,20 @@ def test_extreme_logits_never_answer_nan(client, dtype: str) -> None:
             assert sum(out["probabilities"]) == pytest.approx(1, rel=1e-6)
         else:
             assert out["tokens"] == [0] and out["probabilities"] == [1.0, 0.0, 0.0]
+
+
+def test_a_raw_logprob_beyond_float32_is_refused_not_null(client) -> None:
+    """The only token the mask keeps is 6e38 below the largest logit: its raw log-probability, -6e38 in float64,
+    is beyond float32. Refused by element with the remedy; answered exactly in float64.
+    """
+    body = {"logits": b64([3e38, -3e38, 0.0], "float32"), "mask": [False, True, False], "seed": 1}
+    r = client.post("/v1/sample", json={**body, "return": ["tokens", "raw_logprobs"]})
+    problem = assert_problem(r, 422)
+    assert problem["detail"].startswith("raw_logprobs[0] = -6e+38 is beyond float32") and "float64" in problem["detail"]
+    assert client.post("/v1/sample", json={**body, "return": ["tokens", "logprobs"]}).json()["tokens"] == [1]
+    exact = client.post("/v1/sample", json={**body, "precision": "float64", "return": ["tokens", "raw_logprobs"]})
+    big = float(np.float32(3e38))  # the logits as sent, float32
+    assert exact.json()["raw_logprobs"] == [pytest.approx(-2 * big, rel=1e-12)]
 
 
 @pytest.mark.parametrize("penalty", [1e308, -1e308])
