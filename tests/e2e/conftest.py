@@ -7,7 +7,9 @@ off for a fast start-up; torn down (SIGTERM, then SIGKILL) at the end.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -81,7 +83,12 @@ def started(args: Sequence[str], port: int, env: Mapping[str, str], host: str = 
         log = Path(tmp) / "server.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, *args], cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT
+                [sys.executable, *args],
+                cwd=ROOT,
+                env={**os.environ, **env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: the end kills the workers it forked too
             )
             try:
                 wait_ready(f"http://{host}:{port}", proc, log)
@@ -93,6 +100,8 @@ def started(args: Sequence[str], port: int, env: Mapping[str, str], host: str = 
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(timeout=10)
+                with contextlib.suppress(ProcessLookupError):  # workers a killed supervisor left behind
+                    os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
 import shutil
@@ -179,6 +180,7 @@ class LiveServer:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             preexec_fn=limit_descriptors if nofile is not None else None,
+            start_new_session=True,  # its own process group: close() ends the workers it forked too
         )
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
@@ -202,9 +204,10 @@ class LiveServer:
         return self.log_path.read_text(errors="replace")
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        """Kill the server and every process of its group (workers outlive a killed supervisor otherwise)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
         self._log.close()
 
 
