@@ -379,7 +379,7 @@ class Settings(BaseSettings):
         text = value.strip()
         if text.lower() in ("auto", "off"):
             return text.lower()
-        from service.engines.cost import parse_factors
+        from service.engines.calibration import parse_factors
 
         parse_factors(text)  # ValueError names what is wrong
         return text
@@ -388,7 +388,7 @@ class Settings(BaseSettings):
         """The calibration factors given explicitly (None for 'auto' and 'off')."""
         if self.cost_calibration in ("auto", "off"):
             return None
-        from service.engines.cost import parse_factors
+        from service.engines.calibration import parse_factors
 
         return parse_factors(self.cost_calibration)
 
