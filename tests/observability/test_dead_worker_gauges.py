@@ -78,7 +78,7 @@ def test_a_killed_workers_in_flight_count_is_dropped(live_server, tmp_path: Path
         while time.monotonic() < deadline:
             text = c.get("/metrics", headers={"connection": "close"}).text
             scraped = metric_value(text, IN_FLIGHT)
-            replaced = "died" in server.log() and len(in_flight_by_pid(metrics_dir)) >= 1
+            replaced = "started worker process" in server.log() and len(in_flight_by_pid(metrics_dir)) >= 1
             if scraped == 0 and replaced and victim not in in_flight_by_pid(metrics_dir):
                 break
             time.sleep(0.2)
