@@ -326,6 +326,11 @@ class Settings(BaseSettings):
         ["/healthz", "/readyz", "/metrics", "/v2/health/live", "/v2/health/ready"],
         description="Paths served without an API key (probes and scrapes).",
     )
+    pages_public: bool = Field(
+        True,
+        description="With API keys set, serve the pages that hold no data without a key: the playground (/ and "
+        "/playground/*), /docs, /redoc and /openapi.json. false: they need a key like the API.",
+    )
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(
         [], description="Origins allowed by CORS (e.g. https://app.example.com); empty: no CORS headers at all."
     )

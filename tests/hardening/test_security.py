@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+from urllib.parse import urljoin
+
 import pytest
 from pydantic import ValidationError
 
@@ -63,9 +67,84 @@ def test_a_configured_key_is_accepted(keyed, headers: dict) -> None:  # type: ig
 def test_probes_and_metrics_are_exempt_but_the_rest_is_not(keyed) -> None:  # type: ignore[no-untyped-def]
     for path in ("/healthz", "/readyz", "/metrics"):
         assert keyed.get(path).status_code == 200, path
-    for path in ("/v1/engines", "/v1/models", "/openapi.json"):
+    for path in ("/v1/engines", "/v1/models", "/v2/models/attention/ready"):
         assert keyed.get(path).status_code == 401, path
     assert metric_value(keyed.get("/metrics").text, "attn_http_requests_rejected_total", reason="unauthorized") >= 3
+
+
+PAGE_ASSET = re.compile(r'(?:src|href)="([^"#:]+\.(?:js|css|png))"')
+
+
+def page_assets(c, path: str) -> set[str]:  # type: ignore[no-untyped-def]
+    """The scripts, styles and icons a page loads (paths as the browser resolves them from ``path``)."""
+    return {urljoin(path, asset) for asset in PAGE_ASSET.findall(c.get(path).text)}
+
+
+def test_pages_are_public_with_keys_and_everything_they_load(keyed) -> None:  # type: ignore[no-untyped-def]
+    """The playground, /docs, /redoc and the schema load without a key, with every asset they ask for."""
+    pages = ["/", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"]
+    assets = set().union(*(page_assets(keyed, page) for page in ("/", "/docs", "/redoc")))
+    assert {"/playground/playground.js", "/playground/playground.css", "/docs/assets/swagger-ui-bundle.js"} <= assets
+    for path in [*pages, *sorted(assets)]:
+        r = keyed.get(path)
+        assert r.status_code == 200 and r.content, path
+    assert "/v1/attention" in keyed.get("/openapi.json").json()["paths"]
+
+
+def test_the_api_stays_keyed_beside_public_pages(keyed) -> None:  # type: ignore[no-untyped-def]
+    """Only reads of the pages are public: writes to their paths, the API and unknown paths need the key."""
+    assert keyed.post("/", json={}).status_code == 401
+    assert keyed.post("/openapi.json", json={}).status_code == 401
+    assert keyed.get("/docsx").status_code == 401 and keyed.get("/playgroundx.js").status_code == 401
+    assert keyed.get("/playground/missing.js").status_code == 404  # a static mount: no data behind it
+    assert keyed.post("/v1/softmax", json=SOFTMAX).status_code == 401
+    assert keyed.post("/v1/softmax", json=SOFTMAX, headers={"x-api-key": KEY_A}).status_code == 200
+
+
+async def raw_get(app: Any, path: str, state: dict[str, Any]) -> tuple[int, bytes]:
+    """GET ``path`` exactly as given (no client normalises it), straight into the ASGI app."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+        "state": dict(state),
+    }
+    await app(scope, receive, send)
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+@pytest.mark.parametrize(
+    "path", ["/playground/../v1/models", "/docs/assets/../../v1/engines", "/playground/./../openapi.json/../v1/models"]
+)
+def test_a_dot_segment_under_a_page_prefix_reaches_no_api(keyed, path: str) -> None:  # type: ignore[no-untyped-def]
+    """A raw ``/playground/../v1/models`` (clients normalise it; a hostile one need not) stays the static mount's."""
+    status, body = keyed.portal.call(raw_get, keyed.app, path, keyed.app_state)
+    assert status == 404 and b"numpy" not in body, (status, body[:200])
+
+
+def test_pages_are_private_on_request() -> None:
+    """``ATTN_PAGES_PUBLIC=false``: every page needs the key, as the API does."""
+    with client_for(api_keys=[KEY_A], pages_public=False) as c:
+        for path in ("/", "/docs", "/redoc", "/openapi.json", "/playground/playground.js", "/docs/assets/favicon.png"):
+            assert c.get(path).status_code == 401, path
+            assert c.get(path, headers={"authorization": f"Bearer {KEY_A}"}).status_code == 200, path
 
 
 def test_401_on_v2_keeps_the_protocol_error_body(keyed) -> None:  # type: ignore[no-untyped-def]

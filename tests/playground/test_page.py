@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from tests.e2e.conftest import LiveServer
+from tests.live import API_KEY
 
 pytestmark = pytest.mark.slow
 
@@ -495,3 +496,24 @@ def test_docs_and_redoc_render_offline(browser: Any, page_server: LiveServer, sh
         assert [e for e in errors if e not in refused] == [], errors
         assert all("cdn.redoc.ly" in url for url in outside) and len(refused) == len(outside), (outside, refused)
         pg.close()
+
+
+def test_a_keyed_server_s_page_loads_and_sends_the_typed_key(browser: Any, keyed_server: LiveServer) -> None:
+    """With API keys set the page loads without one (it holds no data), the API refuses it until the key is typed
+    into the page's field, and then every panel runs with it.
+    """
+    pg = browser.new_page(viewport={"width": 1280, "height": 900})
+    failed: list[str] = []
+    pg.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    pg.goto(keyed_server.url + "/")
+    expect(pg.locator("#softmax-error")).to_contain_text("401", timeout=20_000)
+    assert failed and all(entry.startswith("401 ") and "/v1/" in entry for entry in failed), failed
+    failed.clear()
+    pg.fill("#api-key", API_KEY)
+    pg.press("#api-key", "Tab")  # the field's change event: the panels run again with the key
+    np.testing.assert_allclose(weights(pg, "softmax|1.0|1,0.5,2.5,-0.1"), [0.1557, 0.0945, 0.6980, 0.0518], atol=5e-5)
+    expect(pg.locator("#softmax-error")).to_have_text("")
+    pg.wait_for_selector("#sample-bars rect.bar", timeout=20_000)  # the sampling panel ran too
+    expect(pg.locator("#sample-error")).to_have_text("")
+    assert failed == []
+    pg.close()

@@ -50,6 +50,7 @@ def install_edge(app: FastAPI, plane: DataPlane, metrics: ServiceMetrics, settin
             retry_after_s=settings.retry_after_s,
         ),
         auth_exempt=settings.auth_exempt_paths,
+        public_pages=settings.pages_public,
         cors=cors,
     )
     document_error_responses(app, settings)

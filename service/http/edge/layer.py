@@ -9,7 +9,8 @@ Starlette's, between the context part (outside: so preflights and refusals are
 logged, counted and carry the security headers) and the guards (inside: so
 preflights pass without a key and 401/413/503 still carry the CORS headers).
 
-Order of the guards (:meth:`ServiceMiddleware._guarded`): API key (401),
+Order of the guards (:meth:`ServiceMiddleware._guarded`): API key (401; the
+pages that hold no data are public unless ATTN_PAGES_PUBLIC=false),
 declared body size (413), admission by expected wait (503, decided from the
 headers before any of the body is read), the body's declared length reserved
 on the memory budget (503 when the bodies' share is full), then the deadline
@@ -44,7 +45,7 @@ from service.dataplane.memory import release_after
 from service.dataplane.plane import DataPlane
 from service.http.edge.exchange import Exchange
 from service.http.edge.requests import OPERATIONAL_PATHS, RouteTemplates, send_error
-from service.http.edge.security import CorsMiddleware
+from service.http.edge.security import CorsMiddleware, is_page
 from service.observability.logs import REQUEST_ID
 from service.observability.metrics import ServiceMetrics
 
@@ -87,6 +88,7 @@ class ServiceMiddleware:
         metrics: ServiceMetrics,
         limits: Limits,
         auth_exempt: Collection[str] = (),
+        public_pages: bool = True,
         cors: dict[str, Any] | None = None,
     ) -> None:
         self.app = app
@@ -96,6 +98,7 @@ class ServiceMiddleware:
         self.limits = limits
         self.keys = plane.api_keys
         self.auth_exempt = frozenset(auth_exempt)
+        self.public_pages = public_pages
         self.route_template = RouteTemplates()
         self.body_share = plane.memory.share(limits.body_memory_bytes, "request bodies")
         self.detail_413 = f"the request body is larger than the limit of {limits.max_body_bytes} bytes"
@@ -159,7 +162,11 @@ class ServiceMiddleware:
         """Auth, declared size, admission and the deadline around the app."""
         exchange: Exchange = scope["attn.exchange"]
         path = exchange.path
-        if self.keys is not None and path not in self.auth_exempt:
+        if (
+            self.keys is not None
+            and path not in self.auth_exempt
+            and not (self.public_pages and is_page(scope["method"], path))
+        ):
             key = exchange.presented_key()
             if key is None or not self.keys.accepts(key):
                 await self._unauthorized(scope, receive, send, key)

@@ -14,6 +14,17 @@ from service.http.errors import app_path, error_response
 DOCS_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc"})
 """Swagger UI and ReDoc pages load scripts and styles, so they get no Content-Security-Policy."""
 
+PAGE_PATHS = frozenset({"/", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+PAGE_PREFIXES = ("/playground/", "/docs/assets/")
+"""The pages that hold no data (the playground and its assets, the API's description and its viewers): public by
+default when API keys are set (``ATTN_PAGES_PUBLIC``). Only static mounts serve paths under the prefixes."""
+
+
+def is_page(method: str, path: str) -> bool:
+    """Whether a request reads one of the pages (a GET or HEAD of :data:`PAGE_PATHS` or under :data:`PAGE_PREFIXES`)."""
+    return method in ("GET", "HEAD") and (path in PAGE_PATHS or path.startswith(PAGE_PREFIXES))
+
+
 SECURITY_HEADERS = (
     ("x-content-type-options", "nosniff"),
     ("x-frame-options", "DENY"),
