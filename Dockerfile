@@ -6,8 +6,8 @@
 # BASE_IMAGE must be a Debian-family image with python3 (>= 3.11) and the
 # venv module; both stages use it, so the virtualenv built in the first stage
 # finds the same interpreter in the second. The default is pinned by exact
-# version and digest, so that a rebuild gets the same base (bumping it: see the
-# README, "Deploy"). Machines without a registry build on a local base instead
+# version and digest, so that a rebuild gets the same base (bumping it: see
+# docs/operations/image.md). Machines without a registry build on a local base instead
 # (deploy/podman/build-and-smoke.sh makes one with debootstrap).
 #
 # Dependencies come from requirements.lock (pip-compile --generate-hashes,

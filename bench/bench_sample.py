@@ -13,7 +13,7 @@ draw per row, a fixed seed, the default answer: tokens, logprobs, diagnostics) i
 - **HTTP**: ``python -m service serve`` (uvicorn, every middleware) on a free port, one persistent
   connection, the same body; p50 of the round trip.
 
-Usage: ``python bench/bench_sample.py [--repeats 30]``. Prints a Markdown table for the README.
+Usage: ``python bench/bench_sample.py [--repeats 30]``. Prints a Markdown table for docs/benchmarks/sampling.md.
 """
 
 from __future__ import annotations

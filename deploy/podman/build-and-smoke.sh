@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the image with podman and smoke-test it: the check of the Dockerfile
-# on machines without a Docker engine (see the README, "Deploy"); .ci/run runs
+# on machines without a Docker engine (see docs/operations/image.md); .ci/run runs
 # it when podman can run (deploy/podman/ci-smoke.sh).
 #
 #   deploy/podman/build-and-smoke.sh            # base (once), build, run, probe, stop

@@ -1,4 +1,4 @@
-"""Tests of service.core.normalizers against docs/concepts/contract.md ("Normalizers", "Gradients",
+"""Tests of service.core.normalizers against docs/concepts/normalizers.md, docs/concepts/contract.md ("Gradients",
 "Reference numbers") and the masking contract (-inf in, exact 0 out, no NaN).
 """
 
