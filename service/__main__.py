@@ -39,7 +39,7 @@ def _serve(settings: Settings) -> int:
 
     import uvicorn
 
-    from service.http.edge.protocol import raise_descriptor_limit
+    from service.http.edge.connections import raise_descriptor_limit
     from service.observability.logs import log_config
     from service.observability.multiproc import MetricsDirError, check_metrics_room, prepare_metrics_dir
 

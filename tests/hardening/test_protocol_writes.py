@@ -10,7 +10,7 @@ import pytest
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from service.http.edge.protocol import HeadWithBodyCycle
+from service.http.edge.cycle import HeadWithBodyCycle
 
 
 class RecordingTransport:

@@ -6,7 +6,9 @@
 - ``exchange``: one request's state in that pass;
 - ``requests``: request ids, probes, route templates (the metrics' labels), refusals in the path's format;
 - ``security``: security headers and CORS;
-- ``protocol``: the connection's own limits (header size and time, send timeout), in uvicorn's protocol;
+- ``protocol``: the connection's own limits (header size and time, send timeout, lingering close), in
+  uvicorn's protocol; ``connections``: the cap on open connections and the refusals written to the socket;
+  ``cycle``: how an answer is written (its head with the first body chunk);
 - ``openapi``: the edge's answers in the OpenAPI schema.
 """
 

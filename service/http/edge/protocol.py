@@ -54,242 +54,28 @@ one, which cost a tiny request about 20 us end to end (measured with wrk).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import resource
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from service.http.errors import PROBLEM_MEDIA_TYPE, PROBLEM_TYPE_BASE
+from service.http.edge.connections import (
+    FD_RESERVE,
+    connection_limits,
+    response_431,
+    response_503_connections,
+)
+from service.http.edge.cycle import HeadWithBodyCycle
 
 logger = logging.getLogger("service.limits")
 
-FD_RESERVE = 128
-"""File descriptors kept for the process itself (listening sockets, metrics files, engines, gRPC, threads)
-when the cap on connections is fitted under ``RLIMIT_NOFILE``."""
 REQUEST_LINE_OVERHEAD = 16
 """Bytes of a request line beside its target (method, version, spaces, CRLF), counted with the target."""
 HEADER_OVERHEAD = 4
 """Bytes of a header line beside its name and value (``": "`` and CRLF)."""
 REFUSAL_LOG_INTERVAL_S = 10.0
 """At most one warning line per this many seconds about refused connections (with the count)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    max_header_bytes: int
-    header_timeout_s: float
-    send_timeout_s: float
-    max_connections: int = 1 << 30
-    linger_time_s: float = 10.0
-    linger_timeout_s: float = 2.0
-    linger_max_bytes: int = 64 << 20
-
-
-def descriptor_room(max_connections: int) -> int:
-    """``max_connections``, lowered where the soft ``RLIMIT_NOFILE`` cannot hold that many sockets beside
-    :data:`FD_RESERVE` descriptors of the process's own.
-    """
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return max_connections
-    return max(1, min(max_connections, soft - FD_RESERVE))
-
-
-def raise_descriptor_limit(max_connections: int) -> tuple[int, int]:
-    """Raise the soft ``RLIMIT_NOFILE`` towards the hard limit, as far as ``max_connections`` needs; returns
-    (the soft limit now, the connections it holds). Called by ``serve`` before the workers start.
-    """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = max_connections + FD_RESERVE
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        if target > soft:
-            try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-                soft = target
-            except (ValueError, OSError):
-                pass
-    return soft, descriptor_room(max_connections)
-
-
-@functools.cache
-def connection_limits() -> ConnectionLimits:
-    """The limits of this process, from the ``ATTN_*`` environment (read once per worker)."""
-    from service.settings import Settings
-
-    s = Settings()
-    return ConnectionLimits(
-        s.max_header_bytes,
-        s.header_timeout_s,
-        s.send_timeout_s,
-        descriptor_room(s.max_connections),
-        s.linger_time_s,
-        s.linger_timeout_s,
-        s.linger_max_bytes,
-    )
-
-
-def _problem(status: str, slug: str, title: str, detail: str, extra: bytes = b"") -> bytes:
-    code = status.split()[0]
-    body = (
-        '{"type":"'
-        + PROBLEM_TYPE_BASE
-        + slug
-        + '","title":"'
-        + title
-        + '","status":'
-        + code
-        + ',"detail":"'
-        + detail
-        + '"}'
-    ).encode()
-    return (
-        b"HTTP/1.1 " + status.encode() + b"\r\ncontent-type: " + PROBLEM_MEDIA_TYPE.encode()
-        + b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n" + extra + b"connection: close\r\n\r\n" + body
-    )  # fmt: skip
-
-
-def _response_431(limit: int) -> bytes:
-    return _problem(
-        "431 Request Header Fields Too Large",
-        "headers-too-large",
-        "Request header fields too large",
-        f"the request line and headers are larger than the limit of {limit} bytes",
-    )
-
-
-def _response_503_connections(limit: int) -> bytes:
-    return _problem(
-        "503 Service Unavailable",
-        "unavailable",
-        "Service unavailable",
-        f"this server process has {limit} connections open, its limit (ATTN_MAX_CONNECTIONS); retry after 1 s",
-        b"retry-after: 1\r\n",
-    )
-
-
-COALESCE_MAX_BYTES = 64 << 10
-"""Body chunks up to this size are copied behind the head (one buffer); larger ones are written beside it."""
-
-
-class _HeldWrites:
-    """Stands in for the transport while uvicorn writes a response head: keeps the bytes."""
-
-    __slots__ = ("data",)
-
-    def __init__(self) -> None:
-        self.data = b""
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-
-class _PrefixedTransport:
-    """The transport, with ``head`` sent in front of the first write (the rest passes through)."""
-
-    __slots__ = ("head", "transport")
-
-    def __init__(self, transport: Any, head: bytes) -> None:
-        self.transport = transport
-        self.head: bytes | None = head
-
-    def write(self, data: bytes) -> None:
-        head = self.head
-        if head is None:
-            self.transport.write(data)
-            return
-        self.head = None
-        if len(data) <= COALESCE_MAX_BYTES:
-            self.transport.write(head + data)
-        else:  # no copy of a large body: uvloop writes the two buffers in one writev
-            self.transport.writelines((head, data))
-
-    def close(self) -> None:
-        if self.head is not None:
-            self.write(b"")
-        self.transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.transport, name)
-
-
-class _LingerOnClose:
-    """The transport, whose ``close`` (uvicorn's at the end of a ``Connection: close`` answer) begins a
-    lingering close instead: the request's body has not all arrived.
-    """
-
-    __slots__ = ("linger", "transport")
-
-    def __init__(self, transport: Any, linger: Callable[[], None]) -> None:
-        self.transport = transport
-        self.linger = linger
-
-    def close(self) -> None:
-        self.linger()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.transport, name)
-
-
-class HeadWithBodyCycle(RequestResponseCycle):
-    """uvicorn's response cycle, writing the response head with the first body chunk (one ``send``), and
-    closing a connection whose request body is still arriving the lingering way.
-
-    The head is built by uvicorn as before (same checks, same bytes) but kept until the first
-    ``http.response.body`` message, whose bytes (possibly none) follow it in one write. Answers to
-    HEAD (uvicorn writes no body for them) and a ``100 Continue`` (written from ``receive``) are
-    not held. With ``linger`` set (by :class:`BoundedHttpToolsProtocol`), an answer that starts
-    before the request's body has arrived in full is sent with ``Connection: close``, and its end
-    calls ``linger`` instead of closing the transport.
-    """
-
-    _head: bytes | None = None
-    linger: Callable[[], None] | None = None
-
-    async def send(self, message: Any) -> None:
-        kind = message["type"]
-        if kind == "http.response.start" and not self.response_started:
-            if self.linger is not None and self.more_body:
-                self.keep_alive = False  # the body will not be read: uvicorn adds `connection: close`
-            if self.scope["method"] == "HEAD":
-                await super().send(message)
-                return
-            transport, held = self.transport, _HeldWrites()
-            self.transport = held  # type: ignore[assignment]  # only write() is called while the head is built
-            try:
-                await super().send(message)
-            finally:
-                self.transport = transport
-            self._head = held.data or None
-            return
-        body = kind == "http.response.body"
-        head = self._head if body else None
-        linger = self.linger
-        if linger is not None and not (
-            body and self.more_body and not self.keep_alive and not message.get("more_body", False)
-        ):
-            linger = None  # not the end of an answer whose request body is still arriving
-        if head is None and linger is None:
-            await super().send(message)
-            return
-        transport = self.transport
-        target: Any = transport if linger is None else _LingerOnClose(transport, linger)
-        prefixed = None
-        if head is not None:
-            self._head = None
-            target = prefixed = _PrefixedTransport(target, head)
-        self.transport = target
-        try:
-            await super().send(message)
-        finally:
-            self.transport = transport
-        if prefixed is not None and prefixed.head is not None and not self.disconnected and not transport.is_closing():
-            transport.write(prefixed.head)  # uvicorn wrote nothing (it refused the message): the head still goes
 
 
 class _HeadersTooLarge(Exception):
@@ -356,7 +142,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if callable(refused):
             refused()
         self._in_headers = False
-        self.transport.write(_response_503_connections(self._limits.max_connections))
+        self.transport.write(response_503_connections(self._limits.max_connections))
         self._linger()
 
     # -- reading -----------------------------------------------------------------------------------------------
@@ -399,7 +185,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse_after_response = True
             self.flow.pause_reading()
             return
-        self.transport.write(_response_431(self._max_header_bytes))
+        self.transport.write(response_431(self._max_header_bytes))
         self._linger()
 
     def _count_parsed(self, nbytes: int) -> None:
@@ -448,7 +234,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.server_state.total_requests += 1
             self._refuse_after_response = False
             if not self.transport.is_closing():
-                self.transport.write(_response_431(self._max_header_bytes))
+                self.transport.write(response_431(self._max_header_bytes))
                 self._linger()
             return
         super().on_response_complete()
@@ -549,13 +335,3 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             if timer is not None:
                 timer.cancel()
         self._header_timer = self._send_timer = self._linger_timer = None
-
-
-__all__ = [
-    "BoundedHttpToolsProtocol",
-    "ConnectionLimits",
-    "HeadWithBodyCycle",
-    "connection_limits",
-    "descriptor_room",
-    "raise_descriptor_limit",
-]
