@@ -10,6 +10,7 @@ import base64
 import socket
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,15 @@ def connect(server: Any) -> socket.socket:
     return sock
 
 
+_UNREAD: weakref.WeakKeyDictionary[socket.socket, bytes] = weakref.WeakKeyDictionary()
+"""Bytes read past a response (the start of the next one, when pipelined answers arrive in one segment)."""
+
+
 def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """One HTTP/1.1 response with a Content-Length (what the service sends)."""
-    data = b""
+    """One HTTP/1.1 response with a Content-Length (what the service sends); what follows it is kept for the
+    next call on the same socket.
+    """
+    data = _UNREAD.pop(sock, b"")
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
         if not chunk:
@@ -46,7 +53,9 @@ def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
         if not chunk:
             break
         body += chunk
-    return status, headers, body
+    if len(body) > length:
+        _UNREAD[sock] = body[length:]
+    return status, headers, body[:length]
 
 
 def closed_by_server(sock: socket.socket, within_s: float) -> bool:
