@@ -99,6 +99,9 @@ def cast_checked(arr: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
     return out
 
 
+_all = np.logical_and.reduce
+
+
 def finite_as(arr: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
     """``arr`` in the compute ``dtype`` with every value finite: :func:`cast_checked` and :func:`check_finite`
     in one pass (one check of the result; the index and the cause are looked for only when it fails).
@@ -108,7 +111,7 @@ def finite_as(arr: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
     else:
         with np.errstate(over="ignore", invalid="ignore"):
             out = np.asarray(arr, dtype=dtype)
-    if out.dtype.kind != "f" or np.isfinite(out).all():
+    if out.dtype.kind != "f" or _all(np.isfinite(out), axis=None):  # ndarray.all() adds a Python-level call
         return out
     cast_checked(arr, dtype, name)  # names a value the cast made infinite, or a NaN/infinity sent as such
     check_finite(out, name)

@@ -34,9 +34,13 @@ class Timing:
 
         Also records the phases as spans of the current trace (:func:`record_phases`).
         """
-        phases = {name: round((t1 - t0) * 1e3, 3) for name, t0, t1 in self.phases}
+        phases: dict[str, float] = {}
+        total = 0.0
+        for name, t0, t1 in self.phases:
+            total += t1 - t0
+            phases[name] = round((t1 - t0) * 1e3, 3)
         out = {name: phases.pop(name) for name in order if name in phases}
         out.update(phases)
-        out["total"] = round(sum(t1 - t0 for _, t0, t1 in self.phases) * 1e3, 3)
+        out["total"] = round(total * 1e3, 3)
         record_phases(self.phases)
         return out

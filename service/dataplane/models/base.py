@@ -121,8 +121,17 @@ def option_fields(request: InferRequest, model: Model, names: Sequence[str]) -> 
     return out
 
 
+_DEFAULTS: dict[type[BaseModel], BaseModel] = {}
+"""Each option model with every default, validated once: most requests set no option."""
+
+
 def validated(schema: type[M], fields: dict[str, Any], model: Model) -> M:
     """The options validated once (the operations' option models), naming each offending parameter."""
+    if not fields:
+        default = _DEFAULTS.get(schema)
+        if default is None:
+            default = _DEFAULTS[schema] = schema.model_validate({})
+        return default  # type: ignore[return-value]  # stored under its own type
     try:
         return schema.model_validate(fields)
     except ValidationError as exc:
