@@ -104,9 +104,10 @@ class Settings(BaseSettings):
         0,
         ge=0,
         description="How much of ATTN_MEMORY_BUDGET_BYTES request bodies may hold: each admitted request reserves "
-        "its declared length (a streamed body, what arrives; a gzip body, what it inflates to) until it ends, and "
-        "is refused 503 with Retry-After while the budget's reservations would pass this; the rest of the budget "
-        "stays for the work in progress. "
+        "its declared length (a streamed body, what arrives; a gzip body, what it inflates to; a gRPC message, its "
+        "size) until it ends, and is refused 503 with Retry-After (gRPC: UNAVAILABLE) while the budget's "
+        "reservations would pass this; the rest of the budget stays for the work in progress. REST bodies and gRPC "
+        "messages share it. "
         "0: half the budget, at least ATTN_MAX_BODY_BYTES.",
     )
     cost_calibration: str = Field(

@@ -1,4 +1,6 @@
-"""One process's data plane: its engines, admission, memory budget, scheduler and the operations' context."""
+"""One process's data plane: its engines, admission, memory budget (and the request bodies' share of it),
+scheduler and the operations' context.
+"""
 
 from __future__ import annotations
 
@@ -39,6 +41,10 @@ class DataPlane:
         )
         self.context = Context.from_settings(settings, self.dispatcher, observer)
         self.memory = MemoryBudget(s.memory_budget_bytes, s.queue_timeout_s, s.retry_after_s)
+        self.body_share = self.memory.share(s.body_memory_limit(), "request bodies")
+        """The share of the budget that admitted request bodies (REST) and messages (gRPC) hold together, until
+        their request ends (``ATTN_BODY_MEMORY_BYTES``): one share for both front ends.
+        """
         self.admission = Admission(
             slots=s.max_concurrent_requests,
             max_queue=s.max_queued_requests,

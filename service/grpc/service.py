@@ -5,6 +5,13 @@ messages of every refusal: all are the data plane's, the same as /v2 over REST. 
 REST requests pass too (a gRPC call queues behind REST requests and the other way round); a call whose
 deadline is shorter than the expected wait for a compute slot is refused at once, and one whose
 deadline passes while it waits leaves the queue.
+
+A ``ModelInfer`` message is on the memory budget from its admission until the call ends, whatever its
+answer, as a REST body is: its size (``ByteSize``) is reserved at once on the data plane's share for
+request bodies (``ATTN_BODY_MEMORY_BYTES``, one share for REST bodies and gRPC messages together), and
+the scheduler is told it is held, so it is reserved once. When the share (or the budget) has no room the
+call is refused ``UNAVAILABLE`` with REST's words and a ``retry-after`` (it does not wait). When a call
+that held a large message ends, the C heap's free memory is given back (:func:`release_after`).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from grpc import aio
 from service import __version__
 from service.dataplane.admission import Overloaded
 from service.dataplane.errors import Kind, ServiceError, unavailable
+from service.dataplane.memory import release_after
 from service.dataplane.models import EXTENSIONS, MODEL_VERSION, MODELS, SERVER_NAME, find_model
 from service.dataplane.plane import DataPlane
 from service.dataplane.timing import Timing
@@ -114,7 +122,14 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         except Overloaded as exc:
             self.metrics.refused(exc.reason)
             raise unavailable(admission.refusal(exc), exc.retry_after_s) from None
+        nbytes = request.ByteSize()
+        message = plane.body_share.lease()  # held until the call ends, whatever its answer
         try:
+            try:
+                message.reserve(nbytes)
+            except ServiceError:
+                self.metrics.refused("body_memory")
+                raise
             delay = plane.settings.debug_delay_s
             if delay:  # ATTN_DEBUG_DELAY_S (tests only): work that holds a compute slot this long
                 await plane.scheduler.hold_slot(delay)
@@ -125,7 +140,9 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                 job = model.prepare(ctx, decoded, Timing())
                 return job.then(lambda result: encode_response(model.name, MODEL_VERSION, decoded, result))
 
-            response: pb.ModelInferResponse = await plane.scheduler.run(request.ByteSize(), prepare)
+            response: pb.ModelInferResponse = await plane.scheduler.run(nbytes, prepare, reserved_bytes=message.held)
             return response
         finally:
             admission.leave()
+            release_after(nbytes)  # the message is freed: trim if it was large
+            message.release()

@@ -48,7 +48,6 @@ def install_edge(app: FastAPI, plane: DataPlane, metrics: ServiceMetrics, settin
             body_timeout_s=settings.body_timeout_s,
             min_upload_bytes_per_s=settings.min_upload_bytes_per_s,
             debug_delay_s=settings.debug_delay_s,
-            body_memory_bytes=settings.body_memory_limit(),
             retry_after_s=settings.retry_after_s,
         ),
         auth_exempt=settings.auth_exempt_paths,

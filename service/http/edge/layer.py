@@ -10,16 +10,16 @@ logged, counted and carry the security headers) and the guards (inside: so
 preflights pass without a key and 401/413/503 still carry the CORS headers).
 
 Order of the guards (:meth:`ServiceMiddleware._guarded`): API key (401; the
-pages that hold no data are public unless ATTN_PAGES_PUBLIC=false),
-declared body size (413), admission by expected wait (503, decided from the
-headers before any of the body is read), the body's declared length reserved
-on the memory budget (503 when the bodies' share is full), then the deadline
-(504) around the app. While the route reads the body, the size limit (413,
-streamed bodies), the memory reservation of a body without Content-Length and
-the upload deadline (408) are enforced in ``receive``. Any answer sent before
-the body was read carries ``Connection: close`` (the server's protocol then
-drains the rest for a bounded time and closes: the client reads the answer,
-not a reset).
+pages that hold no data are public unless ATTN_PAGES_PUBLIC=false), declared
+body size (413), admission by expected wait (503, decided from the headers
+before any of the body is read), the body's declared length reserved on the
+memory budget (503 when the bodies' share is full: the data plane's share,
+which gRPC messages hold too), then the deadline (504) around the app. While
+the route reads the body, the size limit (413, streamed bodies), the memory
+reservation of a body without Content-Length and the upload deadline (408) are
+enforced in ``receive``. Any answer sent before the body was read carries
+``Connection: close`` (the server's protocol then drains the rest for a
+bounded time and closes: the client reads the answer, not a reset).
 
 A request still running when uvicorn's shutdown grace ends is cancelled; it is
 answered 503 with ``Retry-After`` and ``Connection: close`` (and counted and
@@ -64,7 +64,6 @@ class Limits:
         body_timeout_s: float,
         min_upload_bytes_per_s: float,
         debug_delay_s: float = 0.0,
-        body_memory_bytes: int | None = None,
         retry_after_s: int = 1,
     ) -> None:
         self.max_body_bytes = max_body_bytes
@@ -72,8 +71,6 @@ class Limits:
         self.body_timeout_s = body_timeout_s
         self.min_upload_bytes_per_s = min_upload_bytes_per_s
         self.debug_delay_s = debug_delay_s
-        self.body_memory_bytes = (1 << 62) if body_memory_bytes is None else body_memory_bytes
-        """How much of the memory budget's reservations admitted bodies may take (``ATTN_BODY_MEMORY_BYTES``)."""
         self.retry_after_s = retry_after_s
 
 
@@ -100,7 +97,7 @@ class ServiceMiddleware:
         self.auth_exempt = frozenset(auth_exempt)
         self.public_pages = public_pages
         self.route_template = RouteTemplates()
-        self.body_share = plane.memory.share(limits.body_memory_bytes, "request bodies")
+        self.body_share = plane.body_share  # the data plane's: gRPC messages hold the same share
         self.detail_413 = f"the request body is larger than the limit of {limits.max_body_bytes} bytes"
         self.detail_504 = (
             f"the request was not answered within the limit of {limits.request_timeout_s:g} s; "

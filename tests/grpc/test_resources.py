@@ -1,0 +1,185 @@
+"""The resource guarantees REST keeps, over gRPC, on live servers (issue 21, "Edges III"): messages held on the
+memory budget's share for request bodies (one share with REST bodies).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import numpy as np
+import orjson
+import pytest
+
+from service.grpc.generated import inference_pb2 as pb
+from service.grpc.generated import inference_pb2_grpc as pb_grpc
+from tests.e2e.conftest import free_port
+from tests.grpc.conftest import wait_serving
+from tests.hardening.conftest import LiveServer, metric_value
+
+pytestmark = pytest.mark.slow  # each test starts a live server
+
+MIB = 1 << 20
+SHAPE = (192, 16384)  # 12 MiB of float32 logits
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+
+
+class Server(LiveServer):
+    """``python -m service serve`` with gRPC on a known port (``target``) and its log (``log()``)."""
+
+    def __init__(self, env: dict[str, str], tmp_path: Path) -> None:
+        grpc_port = free_port()
+        super().__init__({"ATTN_GRPC_PORT": str(grpc_port), **env}, tmp_path)
+        self.target = f"127.0.0.1:{grpc_port}"
+
+
+@pytest.fixture
+def live_grpc(tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    """A factory: ``live_grpc(**env)`` starts a server and waits until REST is ready and gRPC answers."""
+    servers: list[Server] = []
+
+    def start(**env: str) -> Server:
+        server = Server(env, tmp_path)
+        servers.append(server)
+        server.wait_ready()
+        wait_serving(server.target)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def softmax_request(shape: tuple[int, ...] = SHAPE, name: str = "logits") -> pb.ModelInferRequest:
+    """A softmax call with raw float32 logits of ``shape`` (``name``: a wrong one makes it INVALID_ARGUMENT)."""
+    request = pb.ModelInferRequest(model_name="softmax")
+    request.inputs.add(name=name, datatype="FP32", shape=list(shape))
+    request.raw_input_contents.append(np.zeros(shape, dtype="<f4").tobytes())
+    return request
+
+
+def infer(target: str, request: pb.ModelInferRequest, rid: str = "") -> tuple[grpc.StatusCode, str, dict[str, str]]:
+    """The call's status, message and trailing metadata."""
+    metadata = (("x-request-id", rid),) if rid else None
+    with grpc.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+        try:
+            pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, metadata=metadata, timeout=60)
+        except grpc.RpcError as err:
+            return err.code(), err.details() or "", dict(err.trailing_metadata() or ())
+    return grpc.StatusCode.OK, "", {}
+
+
+def in_background(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """``fn`` in a thread of its own; its result in the list once it ends."""
+    result: list[Any] = []
+    thread = threading.Thread(target=lambda: result.append(fn()))
+    thread.start()
+    return thread, result
+
+
+def rest_softmax(url: str, shape: tuple[int, ...] = SHAPE) -> httpx.Response:
+    """The same softmax over REST (/v2, binary logits)."""
+    logits = np.zeros(shape, dtype="<f4").tobytes()
+    header = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "logits",
+                    "shape": list(shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": len(logits)},
+                }
+            ],
+            "outputs": [{"name": "probabilities", "parameters": {"binary_data": True}}],
+        }
+    )
+    headers = {"inference-header-content-length": str(len(header)), "content-type": "application/octet-stream"}
+    return httpx.post(f"{url}/v2/models/softmax/infer", content=header + logits, headers=headers, timeout=60)
+
+
+def test_messages_hold_the_bodies_share_with_rest_bodies(live_grpc: Callable[..., Server]) -> None:
+    """A 12 MiB message holds 12 of the bodies' 16 MiB until its call ends: a second message, or a REST body,
+    finds no room (UNAVAILABLE / 503, REST's words, a retry-after); and a REST body holds the same share.
+    """
+    server = live_grpc(
+        ATTN_MEMORY_BUDGET_BYTES=str(128 * MIB),
+        ATTN_MAX_BODY_BYTES=str(16 * MIB),
+        ATTN_BODY_MEMORY_BYTES=str(16 * MIB),
+        ATTN_DEBUG_DELAY_S="2",
+    )
+    holder, held = in_background(lambda: infer(server.target, softmax_request()))
+    time.sleep(0.7)  # the first call holds its message on the share, and its compute slot for 2 s
+    code, message, trailers = infer(server.target, softmax_request())
+    assert code == grpc.StatusCode.UNAVAILABLE, (code, message)
+    assert message.startswith("the server's memory is in use: request bodies hold 12.0 MiB of the 16.0 MiB"), message
+    assert int(trailers["retry-after"]) >= 1
+    rest = rest_softmax(server.url)  # the share is REST's as well
+    assert rest.status_code == 503 and "request bodies hold 12.0 MiB" in rest.text, rest.text
+    holder.join(30)
+    assert held == [(grpc.StatusCode.OK, "", {})]
+    # Now a REST body holds the share: a gRPC message finds no room.
+    holder, rest_held = in_background(lambda: rest_softmax(server.url))
+    time.sleep(0.7)
+    code, message, _ = infer(server.target, softmax_request())
+    assert code == grpc.StatusCode.UNAVAILABLE and "request bodies hold 12.0 MiB" in message, (code, message)
+    holder.join(30)
+    assert rest_held[0].status_code == 200, rest_held[0].text
+    text = httpx.get(server.url + "/metrics").text
+    assert metric_value(text, "attn_http_requests_rejected_total", reason="body_memory") == 3
+    assert infer(server.target, softmax_request())[0] == grpc.StatusCode.OK  # everything was given back
+
+
+def test_a_message_is_given_back_whatever_the_answer(live_grpc: Callable[..., Server]) -> None:
+    """Refused calls (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE) release their message: no room is lost."""
+    server = live_grpc(
+        ATTN_MEMORY_BUDGET_BYTES=str(128 * MIB),
+        ATTN_MAX_BODY_BYTES=str(16 * MIB),
+        ATTN_BODY_MEMORY_BYTES=str(16 * MIB),
+    )
+    for _ in range(3):
+        assert infer(server.target, softmax_request(name="nope"))[0] == grpc.StatusCode.INVALID_ARGUMENT
+    wrong_model = softmax_request()
+    wrong_model.model_name = "nope"
+    assert infer(server.target, wrong_model)[0] == grpc.StatusCode.NOT_FOUND
+    assert infer(server.target, softmax_request())[0] == grpc.StatusCode.OK
+    text = httpx.get(server.url + "/metrics").text
+    assert metric_value(text, "attn_http_requests_rejected_total", reason="body_memory") == 0
+
+
+def status_kb(pid: int, field: str) -> int:
+    """A ``VmRSS`` line of /proc/<pid>/status, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field}")
+
+
+def test_refused_large_messages_leave_no_memory_behind(live_grpc: Callable[..., Server]) -> None:
+    """Eight concurrent 29 MiB messages refused on their estimate: the worker's resident memory comes back near its
+    idle size (it stayed 630-730 MiB above it; with the heap trimmed after each, 75-170 MiB, what gRPC frees
+    after the last trim: the connections' buffers).
+    """
+    server = live_grpc()
+    shape = (1, 16, 10000, 16)
+    request = pb.ModelInferRequest(model_name="attention")
+    rng = np.random.default_rng(0)
+    for name in ("query", "key", "value"):
+        request.inputs.add(name=name, datatype="FP32", shape=list(shape))
+        request.raw_input_contents.append(rng.standard_normal(shape).astype("<f4").tobytes())
+    request.outputs.add(name="weights")  # 6.4 GB of weights: over the memory budget
+    assert request.ByteSize() > 29 * MIB
+    httpx.get(server.url + "/healthz")
+    idle = status_kb(server.proc.pid, "VmRSS") * 1024
+    calls = [in_background(lambda: infer(server.target, request)) for _ in range(8)]
+    for thread, result in calls:
+        thread.join(60)
+        assert result[0][0] == grpc.StatusCode.RESOURCE_EXHAUSTED, result
+    time.sleep(2.5)  # the trim runs at most once a second, in its own thread
+    after = status_kb(server.proc.pid, "VmRSS") * 1024
+    assert after - idle < 300 * MIB, ((after - idle) / MIB, idle / MIB)
