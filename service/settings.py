@@ -320,6 +320,14 @@ class Settings(BaseSettings):
         description="Ask clients to reconnect after this long, so that load balancers spread long-lived clients "
         "(0: never).",
     )
+    grpc_max_concurrent_rpcs: int = Field(
+        256,
+        ge=0,
+        description="Calls gRPC serves at once, health checks, reflection and Watch streams included; a call past "
+        "it is refused RESOURCE_EXHAUSTED by gRPC before its message is read. A message is received in full before "
+        "it reaches the memory budget, so this times ATTN_MAX_BODY_BYTES bounds what a flood of large messages can "
+        "hold. 0: no limit.",
+    )
     api_keys: Annotated[list[SecretStr] | None, NoDecode] = Field(
         None, description="API keys; unset: no authentication. Each >= 16 characters."
     )

@@ -13,6 +13,11 @@ the REST server's process and event loop (:func:`service.app.create_app` starts 
   and neither holds data).
 - **Several workers** (``--workers N``): each worker process serves gRPC on the same port
   (``SO_REUSEPORT``: the kernel spreads connections), as uvicorn spreads HTTP connections.
+- **Concurrent calls**: at most ``ATTN_GRPC_MAX_CONCURRENT_RPCS`` (256; 0: no limit) at once, health
+  checks, reflection and ``Watch`` streams included; gRPC refuses a call past it with RESOURCE_EXHAUSTED
+  ("Concurrent RPC limit exceeded!") before reading its message. A message is received in full before
+  the service sees it (and reserves it on the memory budget, :mod:`service.grpc.service`), so the cap
+  times ``ATTN_MAX_BODY_BYTES`` bounds what a flood of large messages can hold.
 - **Stopping**: on SIGTERM the server takes no new call and gives the calls in flight up to
   ``ATTN_SHUTDOWN_GRACE_S`` to finish, while REST drains its own requests.
 """
@@ -91,7 +96,9 @@ class GrpcServer:
     async def start(self) -> int:
         """Bind ``ATTN_HOST:ATTN_GRPC_PORT`` and serve; the port bound (``ATTN_GRPC_PORT=0`` picks a free one)."""
         settings = self.plane.settings
-        server = aio.server(options=server_options(settings))
+        server = aio.server(
+            options=server_options(settings), maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs or None
+        )
         servicer = InferenceService(self.plane, self.metrics)
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]  # protoc
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

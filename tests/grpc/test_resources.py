@@ -1,5 +1,5 @@
 """The resource guarantees REST keeps, over gRPC, on live servers (issue 21, "Edges III"): messages held on the
-memory budget's share for request bodies (one share with REST bodies).
+memory budget's share for request bodies (one share with REST bodies), and a cap on concurrent calls.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import httpx
 import numpy as np
 import orjson
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service.grpc.generated import inference_pb2 as pb
 from service.grpc.generated import inference_pb2_grpc as pb_grpc
@@ -183,3 +184,20 @@ def test_refused_large_messages_leave_no_memory_behind(live_grpc: Callable[..., 
     time.sleep(2.5)  # the trim runs at most once a second, in its own thread
     after = status_kb(server.proc.pid, "VmRSS") * 1024
     assert after - idle < 300 * MIB, ((after - idle) / MIB, idle / MIB)
+
+
+def test_calls_past_the_cap_are_resource_exhausted(live_grpc: Callable[..., Server]) -> None:
+    server = live_grpc(ATTN_GRPC_MAX_CONCURRENT_RPCS="2", ATTN_DEBUG_DELAY_S="2")
+    small = softmax_request((4,))
+    holders = [in_background(lambda: infer(server.target, small)) for _ in range(2)]
+    time.sleep(0.7)  # two calls in flight, each 2 s
+    code, message, _ = infer(server.target, softmax_request())
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, message)
+    for thread, result in holders:
+        thread.join(30)
+        assert result == [(grpc.StatusCode.OK, "", {})]
+    with grpc.insecure_channel(server.target) as channel:  # healthy again
+        health = health_pb2_grpc.HealthStub(channel)
+        assert health.Check(health_pb2.HealthCheckRequest()).status == health_pb2.HealthCheckResponse.SERVING
+    assert infer(server.target, small)[0] == grpc.StatusCode.OK
+    assert "Traceback" not in server.log()
