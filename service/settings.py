@@ -365,7 +365,7 @@ class Settings(BaseSettings):
         30.0,
         ge=0,
         description="On SIGTERM, how long requests in flight may take to finish; those still running then are "
-        "answered 503 with Retry-After and Connection: close.",
+        "answered 503 with Retry-After and Connection: close (gRPC calls: UNAVAILABLE with retry-after).",
     )
     debug_delay_s: float = Field(
         0.0,

@@ -7,27 +7,46 @@ refusal                                    gRPC status           REST
 invalid request (names the field)          INVALID_ARGUMENT      400 (/v2), 422 (/v1)
 unknown model or version                   NOT_FOUND             404
 over a size, work or memory limit          RESOURCE_EXHAUSTED    413
-overloaded, not ready (``retry-after``)    UNAVAILABLE           503
+busy, not ready, stopping (retry-after)    UNAVAILABLE           503
 the deadline passed, or cannot be met      DEADLINE_EXCEEDED     504
 missing or wrong API key                   UNAUTHENTICATED       401
 =========================================  ====================  ==================================
 
-A status other than these is a bug: INTERNAL, with the request id to quote, and the traceback in the log.
+"Busy": no room in admission, or in the memory share that request bodies and messages hold. A status other
+than these is a bug: INTERNAL, with the request id to quote, and the traceback in the log.
+
+**Stopping**: :meth:`Calls.end_in_flight` waits for the calls in flight for up to the shutdown grace
+(``ATTN_SHUTDOWN_GRACE_S``); those still running then are cancelled and answered ``UNAVAILABLE``, with a
+message saying the server is shutting down and ``retry-after`` in the trailing metadata (counted as the
+refusal ``shutdown`` and logged as a warning, without a traceback), as REST answers them 503. Left to
+itself, gRPC would end them with ``UNAVAILABLE`` "Cancelling all calls", no ``retry-after``, and the log
+would count them ``OK``. A call the server cancels for another reason (the client went away, or its
+deadline passed) is logged and counted ``CANCELLED``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from grpc import aio
 
 from service.dataplane.auth import MISSING_KEY, WRONG_KEY, ApiKeys, presented_key
-from service.dataplane.errors import ANSWERABLE, OIP_REMEDY_WORDS, Kind, ServiceError, as_service_error, phrased
+from service.dataplane.errors import (
+    ANSWERABLE,
+    OIP_REMEDY_WORDS,
+    Kind,
+    ServiceError,
+    as_service_error,
+    phrased,
+    unavailable,
+)
 from service.observability.logs import REQUEST_ID
 from service.observability.metrics import ServiceMetrics
 
@@ -41,8 +60,16 @@ STATUS = {
     Kind.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
+SHUTDOWN_MESSAGE = (
+    "the server is shutting down and its grace period for calls in flight (ATTN_SHUTDOWN_GRACE_S) ended before "
+    "this one was answered; retry it"
+)
+END_WAIT_S = 1.0
+"""How long the calls cancelled at the end of the grace may take to send their answer."""
+
 access_log = logging.getLogger("service.access")
 logger = logging.getLogger("service.errors")
+limits_logger = logging.getLogger("service.limits")
 
 T = TypeVar("T")
 
@@ -88,9 +115,32 @@ async def abort(context: aio.ServicerContext, error: ServiceError) -> NoReturn:
 class Calls:
     """Serves each call of the inference service with what every call needs (module docstring)."""
 
-    def __init__(self, keys: ApiKeys | None, metrics: ServiceMetrics) -> None:
+    def __init__(self, keys: ApiKeys | None, metrics: ServiceMetrics, *, retry_after_s: int = 1) -> None:
         self.keys = keys
         self.metrics = metrics
+        self.retry_after_s = retry_after_s
+        self._running: set[asyncio.Task[Any]] = set()
+        """The tasks of the calls in flight (gRPC runs each call in a task of its own)."""
+        self._ended: set[asyncio.Task[Any]] = set()
+        """Those cancelled by :meth:`end_in_flight`."""
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def end_in_flight(self, grace_s: float) -> None:
+        """Let the calls in flight run for up to ``grace_s``, then end those still running with ``UNAVAILABLE``
+        (module docstring), waiting up to :data:`END_WAIT_S` for their answers to go out.
+        """
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace_s):
+                await self._idle.wait()
+        if not self._running:
+            return
+        self._ended |= self._running
+        for task in self._running:
+            task.cancel()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(END_WAIT_S):
+                await self._idle.wait()
 
     async def serve(self, method: str, model: str, work: Callable[[], Awaitable[T]], context: aio.ServicerContext) -> T:
         """Check the key, then run ``work`` as the call ``method`` (of the model ``model``, a metrics label)."""
@@ -100,6 +150,10 @@ class Calls:
         rid = request_id(metadata)
         token = REQUEST_ID.set(rid)
         code = grpc.StatusCode.OK
+        task = asyncio.current_task()
+        if task is not None:
+            self._running.add(task)
+            self._idle.clear()
         try:
             await context.send_initial_metadata((("x-request-id", rid),))
             check_key(self.keys, metadata)
@@ -117,6 +171,15 @@ class Calls:
         except aio.AbortError:
             code = context.code() or grpc.StatusCode.UNKNOWN  # aborted by the handler itself
             raise
+        except asyncio.CancelledError:
+            if task is None or task not in self._ended:
+                code = grpc.StatusCode.CANCELLED  # the client went away, or its deadline passed
+                raise
+            task.uncancel()  # ended by the shutdown: answered here, and the task ends normally
+            code = grpc.StatusCode.UNAVAILABLE
+            self.metrics.refused("shutdown")
+            limits_logger.warning("call still in flight when the shutdown grace ended: %s", route)
+            await abort(context, unavailable(SHUTDOWN_MESSAGE, self.retry_after_s))
         except Exception:
             code = grpc.StatusCode.INTERNAL
             logger.exception("unhandled exception while serving %s", route)
@@ -125,6 +188,11 @@ class Calls:
             )
             raise
         finally:
+            if task is not None:
+                self._running.discard(task)
+                self._ended.discard(task)
+                if not self._running:
+                    self._idle.set()
             self._record(route, model, code, time.perf_counter() - t0, rid)
             REQUEST_ID.reset(token)
 

@@ -13,11 +13,6 @@ the REST server's process and event loop (:func:`service.app.create_app` starts 
   and neither holds data).
 - **Several workers** (``--workers N``): each worker process serves gRPC on the same port
   (``SO_REUSEPORT``: the kernel spreads connections), as uvicorn spreads HTTP connections.
-- **Concurrent calls**: at most ``ATTN_GRPC_MAX_CONCURRENT_RPCS`` (256; 0: no limit) at once, health
-  checks, reflection and ``Watch`` streams included; gRPC refuses a call past it with RESOURCE_EXHAUSTED
-  ("Concurrent RPC limit exceeded!") before reading its message. A message is received in full before
-  the service sees it (and reserves it on the memory budget, :mod:`service.grpc.service`), so the cap
-  times ``ATTN_MAX_BODY_BYTES`` bounds what a flood of large messages can hold.
 - **Stopping**: on SIGTERM the server takes no new call and gives the calls in flight up to
   ``ATTN_SHUTDOWN_GRACE_S`` to finish, while REST drains its own requests.
 """
@@ -35,7 +30,7 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from service.dataplane.plane import DataPlane
-from service.grpc.calls import SERVICE
+from service.grpc.calls import END_WAIT_S, SERVICE
 from service.grpc.generated import inference_pb2 as pb
 from service.grpc.generated import inference_pb2_grpc as pb_grpc
 from service.grpc.service import InferenceService
@@ -91,6 +86,7 @@ class GrpcServer:
         self.server: aio.Server | None = None
         self.health = health_aio.HealthServicer()
         self.port: int | None = None
+        self.servicer: InferenceService | None = None
         self._watch: asyncio.Task[None] | None = None
 
     async def start(self) -> int:
@@ -110,7 +106,7 @@ class GrpcServer:
             raise RuntimeError(f"gRPC cannot listen on {address} (ATTN_GRPC_PORT): {exc}") from exc
         await self._set_health(serving=False)
         await server.start()
-        self.server, self.port = server, port
+        self.server, self.port, self.servicer = server, port, servicer
         self._watch = asyncio.create_task(self._follow_readiness(), name="grpc-health")
         logger.info("gRPC serving inference.GRPCInferenceService on %s:%d", settings.host, port)
         return port
@@ -134,11 +130,18 @@ class GrpcServer:
             await asyncio.sleep(READINESS_POLL_S)
 
     async def stop(self, grace_s: float) -> None:
-        """Take no new call, let the calls in flight finish for up to ``grace_s``, then end the rest."""
+        """Take no new call, let the calls in flight finish for up to ``grace_s``, then answer the rest
+        UNAVAILABLE (module docstring).
+        """
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
         await self.health.enter_graceful_shutdown()
         server, self.server = self.server, None
-        if server is not None:
-            await server.stop(grace_s)
+        if server is None:
+            return
+        # gRPC's own end of the grace comes later: the service's calls are answered by then.
+        stopping = asyncio.create_task(server.stop(grace_s + END_WAIT_S), name="grpc-server-stop")
+        if self.servicer is not None:
+            await self.servicer.calls.end_in_flight(grace_s)
+        await stopping

@@ -69,7 +69,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(self, plane: DataPlane, metrics: ServiceMetrics) -> None:
         self.plane = plane
         self.metrics = metrics
-        self.calls = Calls(plane.api_keys, metrics)
+        self.calls = Calls(plane.api_keys, metrics, retry_after_s=plane.settings.retry_after_s)
 
     @rpc()
     async def ServerLive(self, request: pb.ServerLiveRequest, context: aio.ServicerContext) -> pb.ServerLiveResponse:

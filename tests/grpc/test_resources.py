@@ -1,5 +1,6 @@
 """The resource guarantees REST keeps, over gRPC, on live servers (issue 21, "Edges III"): messages held on the
-memory budget's share for request bodies (one share with REST bodies), and a cap on concurrent calls.
+memory budget's share for request bodies (one share with REST bodies), a cap on concurrent calls, and calls cut
+off by the shutdown grace answered UNAVAILABLE with a retry-after, without a traceback.
 """
 
 from __future__ import annotations
@@ -201,3 +202,25 @@ def test_calls_past_the_cap_are_resource_exhausted(live_grpc: Callable[..., Serv
         assert health.Check(health_pb2.HealthCheckRequest()).status == health_pb2.HealthCheckResponse.SERVING
     assert infer(server.target, small)[0] == grpc.StatusCode.OK
     assert "Traceback" not in server.log()
+
+
+def test_calls_cut_off_by_the_shutdown_grace_are_unavailable(live_grpc: Callable[..., Server]) -> None:
+    server = live_grpc(ATTN_DEBUG_DELAY_S="30", ATTN_REQUEST_TIMEOUT_S="60", ATTN_SHUTDOWN_GRACE_S="1")
+    small = softmax_request((4,))
+    calls = [in_background(lambda i=i: infer(server.target, small, rid=f"cut-{i}")) for i in range(6)]
+    time.sleep(1.5)  # all six in flight: two holding the compute slots, four waiting for one
+    t0 = time.monotonic()
+    server.terminate()
+    assert server.proc.wait(30) == 0, server.log()
+    assert time.monotonic() - t0 < 10
+    for thread, result in calls:
+        thread.join(30)
+        code, message, trailers = result[0]
+        assert code in (grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE), (code, message)
+        if code == grpc.StatusCode.UNAVAILABLE:
+            assert "shutting down" in message and "ATTN_SHUTDOWN_GRACE_S" in message, message
+            assert int(trailers["retry-after"]) >= 1
+    log = server.log()
+    assert "Traceback" not in log and "CancelledError" not in log, log
+    access = [orjson.loads(line) for line in log.splitlines() if '"message":"request"' in line and "cut-" in line]
+    assert sorted(a["status"] for a in access) == ["UNAVAILABLE"] * 6, access
