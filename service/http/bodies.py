@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from service.http.codecs import jsonbody
+from service.http.codecs import jsonbody, jsonerrors
 from service.http.errors import ProblemError
 
 _WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}  # zlib window bits: gzip container, zlib container
@@ -181,12 +181,12 @@ async def read_body(request: Request, max_bytes: int, *, json_only: bool = True)
 
 def json_error(body: bytes, exc: orjson.JSONDecodeError) -> ProblemError:
     """The 422 for a body orjson refused; a NaN, an Infinity or a number beyond float64 is named by its field."""
-    found = jsonbody.locate_bad_number(body, exc)
+    found = jsonerrors.locate_bad_number(body, exc)
     if found is None:
         msg = f"the body is not valid JSON: {exc}"
         return ProblemError(422, msg, errors=[{"loc": ["body"], "msg": msg}])
     path, text, _ = found
-    msg = f"the body is not valid JSON: {jsonbody.format_path(path)} {jsonbody.describe_bad_number(text)}"
+    msg = f"the body is not valid JSON: {jsonerrors.format_path(path)} {jsonerrors.describe_bad_number(text)}"
     return ProblemError(422, msg, errors=[{"loc": list(path), "msg": msg}])
 
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.core.errors import InvalidInput
-from service.http.codecs import jsonbody
+from service.http.codecs import jsonbody, jsonerrors, jsonfast, jsonscan
 from service.http.codecs import tensors as codecs
 
 FIELDS = ("query", "key", "value", "mask")
@@ -99,6 +99,33 @@ def test_a_bracket_in_a_string_or_an_escape_only_costs_the_fast_path() -> None:
     assert obj["query"].shape is None and "ragged" in str(decode(obj["query"]))
 
 
+class Scanned(Exception):
+    """The byte scan was asked for (jsonscan.Analysis)."""
+
+
+def no_scan(text: bytes) -> Any:
+    raise Scanned
+
+
+def test_an_ordinary_tensor_is_confirmed_without_the_byte_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    q = np.random.default_rng(1).standard_normal((1, 8, 16, 8))
+    k = np.arange(16, dtype=np.int64).reshape(2, 8)
+    body = orjson.dumps({"query": q.tolist(), "key": k.tolist(), "id": "a[b", "return": ["output"]})
+    monkeypatch.setattr(jsonscan, "Analysis", no_scan)
+    obj = parse_fast(body)
+    np.testing.assert_array_equal(codecs.decode_tensor(obj["query"], "query"), q)
+    assert obj["query"].structure().fractions is True and obj["key"].structure().fractions is False
+    np.testing.assert_array_equal(obj["key"].as_int64(), k)
+    # a backslash anywhere (strings may then hide brackets), or more inner lists than the quick check walks:
+    # the byte scan decides
+    for other in (
+        orjson.dumps({"query": q.tolist(), "note": "\\u005b"}),
+        orjson.dumps({"query": [[1.0]] * (jsonfast.FAST_MAX_ARRAYS + 1)}),
+    ):
+        with pytest.raises(Scanned):
+            parse_fast(other)["query"].structure()
+
+
 def test_duplicate_keys_read_as_orjson_does() -> None:
     body = b'{"query": [[1.0]], "query": [[2.0]]}'
     assert parse_fast(body) == orjson.loads(body) == {"query": [[2.0]]}
@@ -124,7 +151,7 @@ def test_simdjson_refusals_fall_back_to_orjson() -> None:
 def test_non_json_numbers_are_located(raw: bytes, path: tuple[Any, ...], text: str) -> None:
     with pytest.raises(orjson.JSONDecodeError) as info:
         orjson.loads(raw)
-    found = jsonbody.locate_bad_number(raw, info.value)
+    found = jsonerrors.locate_bad_number(raw, info.value)
     assert found is not None and found[:2] == (path, text)
 
 
@@ -132,13 +159,13 @@ def test_other_json_errors_are_not_located() -> None:
     raw = b'{"query": [1, }'
     with pytest.raises(orjson.JSONDecodeError) as info:
         orjson.loads(raw)
-    assert jsonbody.locate_bad_number(raw, info.value) is None
+    assert jsonerrors.locate_bad_number(raw, info.value) is None
 
 
 def test_format_path() -> None:
-    assert jsonbody.format_path(("query", 0, 1)) == "query[0, 1]"
-    assert jsonbody.format_path(("query", "data", 3)) == "query.data[3]"
-    assert jsonbody.format_path(()) == "the body"
+    assert jsonerrors.format_path(("query", 0, 1)) == "query[0, 1]"
+    assert jsonerrors.format_path(("query", "data", 3)) == "query.data[3]"
+    assert jsonerrors.format_path(()) == "the body"
 
 
 # Nested values of every shape: rectangular or not, numbers, booleans, strings, null.

@@ -1,4 +1,4 @@
-"""JSON request bodies whose tensor arrays go straight into numpy (pysimdjson), and precise JSON errors.
+"""JSON request bodies whose tensor arrays go straight into numpy (pysimdjson).
 
 orjson turns a 3.9 MB body of nested number lists into a million Python
 floats, which ``np.array`` then reads back one by one (~12 ms, most of a
@@ -17,22 +17,22 @@ shape when rectangular, the kinds of its values, and otherwise the first
 problem in the words of the precise path) is read from its minified bytes by
 :mod:`service.http.codecs.jsonscan`, with numpy, when it is decoded and after
 its leading dimensions passed the limits: nothing here creates a Python object
-per element or per inner list (an array of three million empty lists, 8.6 MB,
-took 1.1 s of the interpreter's lock and 350-750 MB as Python lists when it was
-walked at parse time).
+per element (an array of three million empty lists, 8.6 MB, took 1.1 s of the
+interpreter's lock and 350-750 MB as Python lists when it was walked at parse
+time). An ordinary tensor (rectangular, numbers only, at most
+:data:`jsonfast.FAST_MAX_ARRAYS` inner lists, no other ``[`` in the body than
+accounted for) is confirmed by :mod:`service.http.codecs.jsonfast` instead, at
+a fifth of the scan's cost.
 
 Small bodies (below :data:`SIMDJSON_MIN_BYTES`) are parsed by orjson, which is
 faster there; both parsers give the same values.
 
-When orjson refuses a body, :func:`json_error` explains why in the service's
-words where it can: a literal ``NaN`` or ``Infinity`` (JSON has neither) or
-a number beyond float64 is located by re-reading the body with the standard
-library's parser, whose hooks see those tokens, and named by its path.
+When orjson refuses a body, :mod:`service.http.codecs.jsonerrors` says why in the
+service's words where it can.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
@@ -42,16 +42,11 @@ import orjson
 import simdjson
 
 from service.core.errors import InvalidInput
-from service.http.codecs import jsonscan
+from service.http.codecs import jsonfast, jsonscan
 from service.http.codecs.problems import ArrayProblem, Expect
 
 SIMDJSON_MIN_BYTES = 32 << 10
 """Bodies of at least this size are parsed with simdjson (below it orjson is as fast and simpler)."""
-
-LOCATE_MAX_BYTES = 8 << 20
-"""Largest body re-read by the standard library's parser to locate a NaN or an overflowing number."""
-
-Path = tuple[str | int, ...]
 
 
 class JsonArray:
@@ -61,11 +56,15 @@ class JsonArray:
     when the array is rectangular, else None.
     """
 
-    __slots__ = ("_array", "_structure")
+    __slots__ = ("_array", "_fast_shape", "_float64", "_structure", "_walked")
 
     def __init__(self, array: simdjson.Array) -> None:
         self._array = array
         self._structure: jsonscan.Structure | None = None
+        self._walked: tuple[tuple[int, ...], int] | None = None
+        self._fast_shape: tuple[int, ...] | None = None
+        """Set once the body's brackets confirmed the walked shape (:mod:`service.http.codecs.jsonfast`)."""
+        self._float64: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self._array)
@@ -75,15 +74,25 @@ class JsonArray:
 
     def lead_dims(self) -> tuple[int, ...]:
         """The lengths along the first elements: one proxy per level, whatever the array holds."""
-        dims: list[int] = []
-        node: Any = self._array
-        while isinstance(node, simdjson.Array):
-            n = len(node)
-            dims.append(n)
-            if n == 0:
-                break
-            node = node[0]
-        return tuple(dims)
+        return jsonfast.lead_dims(self._array)
+
+    def walked_arrays(self) -> int | None:
+        """Its number of lists when it is an ordinary rectangular array (:func:`jsonfast.rectangular_shape`)."""
+        self._walked = jsonfast.rectangular_shape(self._array)
+        return None if self._walked is None else self._walked[1]
+
+    def confirm_walk(self) -> None:
+        """The body's brackets are all accounted for: the walked shape holds (no list hides in a row)."""
+        if self._walked is not None:
+            self._fast_shape = self._walked[0]
+
+    def _fast_structure(self, shape: tuple[int, ...]) -> jsonscan.Structure | None:
+        """Numbers only, in exactly ``shape`` (:func:`jsonfast.numbers_in_shape`); None otherwise."""
+        found = jsonfast.numbers_in_shape(self._array, shape)
+        if found is None:
+            return None
+        self._float64, fractions = found
+        return jsonscan.Structure(shape, self._float64.size, 0, 0, fractions)
 
     def _mini(self) -> bytes:
         """The array's minified JSON text (simdjson's own minifier, from the tape: no Python object per value)."""
@@ -93,7 +102,8 @@ class JsonArray:
     def structure(self) -> jsonscan.Structure:
         """The array's shape when rectangular and the kinds of its values (:meth:`jsonscan.Analysis.structure`)."""
         if self._structure is None:
-            self._structure = jsonscan.Analysis(self._mini()).structure()
+            fast = None if self._fast_shape is None else self._fast_structure(self._fast_shape)
+            self._structure = fast if fast is not None else jsonscan.Analysis(self._mini()).structure()
         return self._structure
 
     @property
@@ -112,6 +122,8 @@ class JsonArray:
         structure = self.structure()
         if structure.shape is None or not structure.only_numbers:
             return None
+        if of_type == "d" and self._float64 is not None:  # read by the quick check already
+            return self._float64
         try:
             buffer = self._array.as_buffer(of_type=of_type)
         except (TypeError, ValueError):  # a number simdjson cannot give as that type
@@ -216,9 +228,29 @@ def _parse_lazily(
     if not isinstance(root, simdjson.Object):
         return _loads(body, on_error)
     try:
-        return {key: convert(key, value) for key, value in _items(root)}
+        converted = {key: convert(key, value) for key, value in _items(root)}
     except _Duplicate:
         return _loads(body, on_error)
+    _confirm_walks(body, converted)
+    return converted
+
+
+def _confirm_walks(body: bytes, converted: dict[str, Any]) -> None:
+    """Let the tensor arrays take :mod:`jsonfast`'s quick path when the body's ``[`` are all accounted for."""
+    arrays: list[JsonArray] = []
+
+    def tensor_arrays(value: Any) -> int | None:
+        if not isinstance(value, JsonArray):
+            return None
+        arrays.append(value)
+        return value.walked_arrays()
+
+    if b"\\" in body:
+        return
+    expected = jsonfast.accounted_brackets(converted, tensor_arrays)
+    if expected is not None and expected == body.count(b"["):
+        for array in arrays:
+            array.confirm_walk()
 
 
 def parse_object(
@@ -256,112 +288,3 @@ def parse_infer_request(body: bytes, on_error: Callable[[orjson.JSONDecodeError]
         return [_convert_object(item) if isinstance(item, simdjson.Object) else _field(key, item) for item in value]
 
     return _parse_lazily(body, on_error, convert)
-
-
-# --------------------------------------------------------------------------- precise JSON errors
-
-
-class _Constant:
-    """A token JSON does not have (NaN, Infinity) or a number beyond float64, met while re-reading a body."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-
-def _constant(text: str) -> _Constant:
-    return _Constant(text)
-
-
-def _float(text: str) -> float | _Constant:
-    value = float(text)
-    return _Constant(text) if math.isinf(value) else value
-
-
-FLOAT64_MAX_DIGITS = 309
-"""An integer of more digits than this is beyond float64 (its largest value has 309)."""
-
-
-def _int(text: str) -> int | _Constant:
-    """An integer token; one beyond float64 (orjson reads integers as doubles past 64 bits) is located like a float,
-    without converting its digits (Python refuses more than 4300).
-    """
-    if len(text.lstrip("-")) > FLOAT64_MAX_DIGITS:
-        return _Constant(text)
-    value = int(text)
-    try:
-        float(value)
-    except OverflowError:
-        return _Constant(text)
-    return value
-
-
-def _find_constant(value: Any, path: Path = ()) -> tuple[Path, _Constant] | None:
-    """The first :class:`_Constant` in document order, with its path."""
-    stack: list[tuple[Path, Any]] = [(path, value)]
-    while stack:
-        where, v = stack.pop()
-        if isinstance(v, _Constant):
-            return where, v
-        if isinstance(v, dict):
-            stack.extend(reversed([((*where, k), x) for k, x in v.items()]))
-        elif isinstance(v, list):
-            stack.extend(reversed([((*where, i), x) for i, x in enumerate(v)]))
-    return None
-
-
-_SUSPECTS = (b"NaN", b"Infinity", b"-Infinity", b"+")
-
-
-def locate_bad_number(body: bytes, exc: orjson.JSONDecodeError) -> tuple[Path, str, Any] | None:
-    """Where orjson stopped, if it stopped at ``NaN``, ``Infinity`` or a number beyond float64.
-
-    Returns (path, the token's text, the document as the standard library read it).
-
-    The body is re-read by the standard library's parser, which accepts those
-    tokens through its hooks; None when it is not such a token, the body is
-    too large to re-read (:data:`LOCATE_MAX_BYTES`), or the token cannot be located.
-    """
-    data = bytes(body)
-    pos = exc.pos
-    start = pos - 1 if pos > 0 and data[pos - 1 : pos] in (b"-", b"+") else pos
-    head = data[start : start + 12]
-    numeric = head[:1].isdigit() or (head[:1] in (b"-", b"+") and head[1:2].isdigit())
-    if not (numeric or any(head.startswith(s) for s in _SUSPECTS[:3])) or len(data) > LOCATE_MAX_BYTES:
-        return None
-    try:
-        value = json.loads(data, parse_constant=_constant, parse_float=_float, parse_int=_int)
-    except (ValueError, RecursionError):
-        return None
-    found = _find_constant(value)
-    return None if found is None else (found[0], found[1].text, value)
-
-
-SHOWN_DIGITS = 24
-"""A long number is shown by its first digits and its length."""
-
-
-def describe_bad_number(text: str) -> str:
-    """Why a located token is refused, in the service's words."""
-    if text in ("NaN", "Infinity", "-Infinity"):
-        return f"is {text}, which JSON does not have (and values must be finite numbers)"
-    shown = text if len(text) <= SHOWN_DIGITS + 8 else f"{text[:SHOWN_DIGITS]}... ({len(text)} characters)"
-    return f"= {shown} is beyond the range of float64 (values must be finite numbers)"
-
-
-def format_path(path: Path) -> str:
-    """``("query", 0, 1)`` as ``query[0, 1]``, ``("query", "data", 3)`` as ``query.data[3]``."""
-    out = ""
-    index: list[str] = []
-    for part in path:
-        if isinstance(part, int):
-            index.append(str(part))
-            continue
-        if index:
-            out += f"[{', '.join(index)}]"
-            index = []
-        out += f".{part}" if out else str(part)
-    if index:
-        out += f"[{', '.join(index)}]"
-    return out or "the body"

@@ -51,7 +51,7 @@ from service.dataplane.inference import (
 )
 from service.dataplane.tensors import TensorLimits, index_text
 from service.http.bodies import JSON_OPTIONS, plain
-from service.http.codecs import jsonbody
+from service.http.codecs import jsonbody, jsonerrors
 from service.http.codecs.problems import Expect, find_problem, numbers_only
 
 HEADER_LENGTH = "inference-header-content-length"
@@ -77,11 +77,11 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], 
     header = body if n == len(body) else bytes(view[:n])
 
     def invalid(exc: orjson.JSONDecodeError) -> ServiceError:
-        found = jsonbody.locate_bad_number(header, exc)
+        found = jsonerrors.locate_bad_number(header, exc)
         if found is not None:
             path, text, document = found
             where = _json_path(path, document)
-            return bad(f"the inference request is not valid JSON: {where} {jsonbody.describe_bad_number(text)}")
+            return bad(f"the inference request is not valid JSON: {where} {jsonerrors.describe_bad_number(text)}")
         hint = " (is Inference-Header-Content-Length right?)" if header_length is not None else ""
         return bad(f"the inference request is not valid JSON{hint}: {exc}")
 
@@ -91,14 +91,14 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], 
     return obj, view[n:]
 
 
-def _json_path(path: jsonbody.Path, document: Any) -> str:
+def _json_path(path: jsonerrors.Path, document: Any) -> str:
     """A path in the inference request, naming an input's data by the input: ``input 'query': data[3]``."""
     if len(path) >= 3 and path[0] == "inputs" and path[2] == "data":
         spec = document["inputs"][path[1]]
         name = spec.get("name") if isinstance(spec, dict) else None
         who = f"input {name!r}" if isinstance(name, str) else f"inputs[{path[1]}]"
-        return f"{who}: {jsonbody.format_path(path[2:])}"
-    return jsonbody.format_path(path)
+        return f"{who}: {jsonerrors.format_path(path[2:])}"
+    return jsonerrors.format_path(path)
 
 
 class BinaryReader:
