@@ -15,12 +15,16 @@ The work reserves the body's bytes and the job's memory estimate on a lease of t
 event loop never waits for room. A front end that already holds the body's bytes on the budget (REST
 reserves the declared length when it admits a request, before the body is read) says how many with
 ``reserved_bytes``: those are not reserved again.
+
+Work in a thread cannot be stopped: a request whose task is cancelled while its work runs (a gRPC
+deadline or cancel, the end of a shutdown grace) keeps its compute slot until the thread ends
+(:func:`until_done`), so abandoned work never runs beside the slots' count of new work.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Generic, Protocol, TypeVar
 
 import anyio.to_thread
@@ -61,6 +65,26 @@ class SchedulerObserver(Protocol):
     def queue_waited(self, seconds: float) -> None: ...
 
     def refused(self, reason: str) -> None: ...
+
+
+async def until_done(work: Awaitable[T]) -> T:
+    """Await ``work`` (a worker thread's); when the awaiting task is cancelled, first wait for the work to end,
+    then re-raise. A thread cannot be stopped, and anyio's ``to_thread.run_sync`` lets a task's own cancellation
+    (``Task.cancel()``: a gRPC deadline or a client's cancel, a server's shutdown) through at once: the compute
+    slot around it would be given back while the thread still computes, and abandoned work would pile up.
+    """
+    future = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        while not future.done():
+            try:
+                await asyncio.wait({future})
+            except asyncio.CancelledError:  # cancelled again: the work still runs, and still holds its slot
+                continue
+        if not future.cancelled():
+            future.exception()  # its outcome is dropped with the call, not logged as never retrieved
+        raise
 
 
 class Scheduler:
@@ -115,7 +139,7 @@ class Scheduler:
                 if self.observer is not None:
                     self.observer.queue_waited(waited)
                 # Not abandoned on cancellation: the slot stays held until the thread's work really ends.
-                return await anyio.to_thread.run_sync(work)
+                return await until_done(anyio.to_thread.run_sync(work))
         except Overloaded as exc:
             if self.observer is not None:
                 self.observer.refused(exc.reason)

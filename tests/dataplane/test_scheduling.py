@@ -96,3 +96,40 @@ def test_no_slot_in_time_is_unavailable_with_a_retry_hint() -> None:
     error = asyncio.run(main())
     assert error.kind is Kind.UNAVAILABLE and error.retry_after_s is not None and error.retry_after_s >= 1
     assert "no compute slot became free within 0.05 s" in error.message
+
+
+def test_a_cancelled_request_keeps_its_compute_slot_until_its_thread_ends() -> None:
+    """A task cancelled while its work runs in a thread (a gRPC deadline, a client's cancel, a shutdown) holds its
+    compute slot until the thread is done: the next request waits for it, it does not run beside it.
+    """
+    s = scheduler(slots=1)
+    started, release = threading.Event(), threading.Event()
+    first_done: list[float] = []  # appended when the first request's thread ends
+
+    def slow() -> Job[str]:
+        def run(lease: MemoryLease) -> str:
+            started.set()
+            release.wait(5)
+            first_done.append(1.0)
+            return "first"
+
+        return Job(0.0, 0, 0, run)
+
+    def second() -> Job[bool]:
+        return Job(0.0, 0, 0, lambda lease: bool(first_done))  # True: the first thread had ended
+
+    async def main() -> tuple[bool, bool]:
+        task = asyncio.create_task(s.run(1000, slow))
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        follower = asyncio.create_task(s.run(1000, second))
+        await asyncio.sleep(0.2)
+        waited = not follower.done()  # the slot is still held by the cancelled request's thread
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return waited, await follower
+
+    assert asyncio.run(main()) == (True, True)
