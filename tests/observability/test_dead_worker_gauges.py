@@ -45,7 +45,7 @@ def in_flight_by_pid(directory: Path) -> dict[int, float]:
 
 def test_a_killed_workers_in_flight_count_is_dropped(live_server, tmp_path: Path) -> None:  # noqa: F811
     metrics_dir = tmp_path / "metrics"
-    server = live_server({"ATTN_WORKERS": "2", "ATTN_METRICS_DIR": str(metrics_dir), "ATTN_DEBUG_DELAY_S": "6"})
+    server = live_server({"ATTN_WORKERS": "2", "ATTN_METRICS_DIR": str(metrics_dir), "ATTN_DEBUG_DELAY_S": "3"})
     results: list[Any] = []
 
     def slow_request() -> None:
