@@ -22,7 +22,7 @@ from service.grpc.generated import inference_pb2 as pb
 from service.grpc.generated import inference_pb2_grpc as pb_grpc
 from tests.e2e.conftest import free_port
 from tests.grpc.conftest import wait_serving
-from tests.hardening.conftest import LiveServer, metric_value
+from tests.hardening.conftest import LiveServer, metric_value, status_kb
 
 pytestmark = pytest.mark.slow  # each test starts a live server
 
@@ -151,15 +151,6 @@ def test_a_message_is_given_back_whatever_the_answer(live_grpc: Callable[..., Se
     assert infer(server.target, softmax_request())[0] == grpc.StatusCode.OK
     text = httpx.get(server.url + "/metrics").text
     assert metric_value(text, "attn_http_requests_rejected_total", reason="body_memory") == 0
-
-
-def status_kb(pid: int, field: str) -> int:
-    """A ``VmRSS`` line of /proc/<pid>/status, in KiB."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise AssertionError(f"no {field}")
 
 
 def test_refused_large_messages_leave_no_memory_behind(live_grpc: Callable[..., Server]) -> None:

@@ -75,6 +75,15 @@ def client_for(engine: Any = None, **overrides: Any) -> Iterator[TestClient]:
         yield c
 
 
+def status_kb(pid: int, field: str) -> int:
+    """A line of /proc/<pid>/status in KiB (``VmRSS``, ``VmHWM``: a process's memory now and at its peak)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field}")
+
+
 def metric_value(text: str, name: str, **labels: str) -> float:
     """The sum of the samples of ``name`` whose labels include ``labels`` in a Prometheus text exposition
     (0 when none): a series with more labels than asked (e.g. ``model``) still counts.

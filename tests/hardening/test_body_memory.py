@@ -15,20 +15,11 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.hardening.conftest import metric_value
+from tests.hardening.conftest import metric_value, status_kb
 
 pytestmark = pytest.mark.slow  # each test starts a live server
 
 MIB = 1 << 20
-
-
-def status_kb(pid: int, field: str) -> int:
-    """A ``VmRSS``/``VmHWM`` line of /proc/<pid>/status, in KiB."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise AssertionError(f"no {field}")
 
 
 def binary_infer(shape: tuple[int, ...], outputs: tuple[str, ...] = ("output",)) -> tuple[bytes, dict[str, str]]:
