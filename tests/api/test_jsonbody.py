@@ -126,6 +126,22 @@ def test_an_ordinary_tensor_is_confirmed_without_the_byte_scan(monkeypatch: pyte
             parse_fast(other)["query"].structure()
 
 
+@pytest.mark.parametrize(
+    "text",  # minified, as the byte scan reads an array
+    [
+        b"[[1.5,-2.0],[3e2,4]]",
+        b"[[1,0],[0,1]]",
+        b"[[1.0,0.0],[-10000.0,0.0]]",
+        b"[[1,0],[0,9223372036854775807]]",
+        b"[[1,0],[0,9223372036854775808]]",  # beyond int64, written as an integer: not a fraction
+        b"[[1,0],[0,1e19]]",
+    ],
+)
+def test_the_quick_check_reads_the_structure_the_byte_scan_reads(text: bytes) -> None:
+    array = parse_fast(b'{"query": ' + text + b"}")["query"]
+    assert array.structure() == jsonscan.Analysis(text).structure()
+
+
 def test_duplicate_keys_read_as_orjson_does() -> None:
     body = b'{"query": [[1.0]], "query": [[2.0]]}'
     assert parse_fast(body) == orjson.loads(body) == {"query": [[2.0]]}

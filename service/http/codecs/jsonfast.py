@@ -29,6 +29,8 @@ import simdjson
 
 FAST_MAX_ARRAYS = 1 << 14
 """Most inner lists of an array checked in Python (a (1, 8, 128, 64) tensor has 1,033)."""
+INT64_LIMIT = float(1 << 63)
+"""simdjson's int64 buffer refuses a number written with a fraction, and an integer from here on as well."""
 
 
 def lead_dims(array: simdjson.Array) -> tuple[int, ...]:
@@ -113,5 +115,7 @@ def numbers_in_shape(array: simdjson.Array, shape: tuple[int, ...]) -> tuple[np.
         array.as_buffer(of_type="i")
         fractions = False
     except (TypeError, ValueError, OverflowError):
+        if flat.size and float(np.abs(flat).max()) >= INT64_LIMIT:
+            return None  # perhaps integers beyond int64 rather than fractions: jsonscan reads how they are written
         fractions = True
     return flat.reshape(shape), fractions
