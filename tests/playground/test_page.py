@@ -296,7 +296,8 @@ def _routes(server: LiveServer) -> set[str]:
 def test_gradient_sampling_and_calibration_panels(page: Any, page_server: LiveServer, shots: Path) -> None:
     routes = _routes(page_server)
     page.click("#grad-run")
-    page.wait_for_selector("#grad-chart[data-source]", timeout=60_000)
+    # the sweep the click asked for (the one started at page load may still be running: it leaves its source)
+    page.wait_for_selector("#grad-chart[data-source]:not([aria-busy])", timeout=60_000)
     source = page.get_attribute("#grad-chart", "data-source")
     assert source == ("analyze" if "/v1/attention/analyze" in routes else "backward")
     first = page.eval_on_selector("#grad-chart path", "p => JSON.parse(p.dataset.values)")
@@ -333,7 +334,8 @@ def test_gradient_sampling_and_calibration_panels(page: Any, page_server: LiveSe
 def check_sweep_chart(page: Any) -> None:
     """The scale sweep has its y axes with tick values and titles, the x axis, and a legend entry per line."""
     page.click("#grad-run")
-    page.wait_for_selector("#grad-chart[data-source]", timeout=60_000)
+    # the sweep the click asked for (the one started at page load may still be running: it leaves its source)
+    page.wait_for_selector("#grad-chart[data-source]:not([aria-busy])", timeout=60_000)
     two_axes = page.get_attribute("#grad-chart", "data-source") == "analyze"  # Jacobian norm and entropy
     lines = page.eval_on_selector_all(
         "#grad-chart path.line", "ps => ps.map(p => [p.dataset.series, p.dataset.axis, JSON.parse(p.dataset.values)])"
@@ -434,7 +436,8 @@ def test_bad_input_clears_the_results(page: Any, shots: Path) -> None:
     expect(page.locator("#heat-error")).to_have_text("")
 
     page.click("#grad-run")
-    page.wait_for_selector("#grad-chart[data-source]", timeout=60_000)
+    # the sweep the click asked for (the one started at page load may still be running: it leaves its source)
+    page.wait_for_selector("#grad-chart[data-source]:not([aria-busy])", timeout=60_000)
     page.fill("#grad-dim", "0")  # E = 0: refused
     page.click("#grad-run")
     expect(page.locator("#grad-error")).to_contain_text("422", timeout=20_000)
@@ -442,7 +445,8 @@ def test_bad_input_clears_the_results(page: Any, shots: Path) -> None:
     assert page.get_attribute("#grad-chart", "data-source") is None and page.text_content("#grad-summary") == ""
     page.fill("#grad-dim", "16")
     page.click("#grad-run")
-    page.wait_for_selector("#grad-chart[data-source]", timeout=60_000)
+    # the sweep the click asked for (the one started at page load may still be running: it leaves its source)
+    page.wait_for_selector("#grad-chart[data-source]:not([aria-busy])", timeout=60_000)
     expect(page.locator("#grad-chart path.line")).to_have_count(2)
     expect(page.locator("#grad-error")).to_have_text("")
     assert refused(page.errors) == [] and page.outside == []

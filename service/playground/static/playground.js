@@ -615,7 +615,18 @@
 
   const SCALES = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50];
 
+  // aria-busy while a sweep runs (its requests take a while): assistive technology, and the tests, wait for it.
   const gradientPanel = serialized(async () => {
+    const svg = $("grad-chart");
+    svg.setAttribute("aria-busy", "true");
+    try {
+      await gradientSweep();
+    } finally {
+      svg.removeAttribute("aria-busy");
+    }
+  });
+
+  async function gradientSweep() {
     const dim = Number($("grad-dim").value);
     const length = Number($("grad-length").value);
     const svg = $("grad-chart");
@@ -677,7 +688,7 @@
     );
     $("grad-summary").textContent = `POST /v1/attention/backward, E=${dim}, L=S=${length}: gradient norms of one random problem.`;
     svg.dataset.source = "backward";
-  });
+  }
 
   $("grad-run").addEventListener("click", gradientPanel);
 
