@@ -100,12 +100,32 @@ def cast_checked(arr: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
 
 
 _all = np.logical_and.reduce
+_PYTHON_CHECK_MAX = 64
+"""Up to this many values, :func:`finite_as` checks them in Python: numpy's per-call cost is most of a tiny
+tensor's time (an ``errstate`` block alone costs more than the cast)."""
+_LARGEST = {np.dtype(t): float(np.finfo(t).max) for t in (np.float16, np.float32, np.float64)}
+
+
+def _finite_fits(arr: np.ndarray, dtype: np.dtype) -> bool:
+    """True when every value of the float array ``arr`` is finite and stays finite in ``dtype`` (False may also
+    mean only that the quick check cannot tell: a sum that overflows float64).
+    """
+    values: list[float] = arr.ravel().tolist()
+    total = sum(values)
+    if total - total != 0:  # a NaN or an infinity among the values makes the sum one
+        return False
+    if dtype.itemsize >= arr.dtype.itemsize:
+        return True
+    largest = _LARGEST[dtype]  # no finite value of magnitude <= largest rounds to an infinity
+    return max(values) <= largest and min(values) >= -largest
 
 
 def finite_as(arr: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
     """``arr`` in the compute ``dtype`` with every value finite: :func:`cast_checked` and :func:`check_finite`
     in one pass (one check of the result; the index and the cause are looked for only when it fails).
     """
+    if 0 < arr.size <= _PYTHON_CHECK_MAX and arr.dtype.kind == "f" and dtype in _LARGEST and _finite_fits(arr, dtype):
+        return arr if arr.dtype == dtype else np.asarray(arr, dtype=dtype)
     if arr.dtype == dtype:
         out = arr
     else:
