@@ -25,9 +25,10 @@ server echoes it, so each answer is tallied under its kind.
 Reports: requests answered, by status and by kind; latency p50/p90/p99/max
 (wrk, all answers); wrk's socket errors (a request without an answer); the
 server's resident memory (VmRSS) after start-up, after the warm-up and at the
-end; the server's own counters. Exits 1 when one of the issue's expectations
-fails: no 5xx other than 503, no request lost, final RSS within 10% of the
-post-warm-up RSS.
+end (these two read 2 s after the load stopped: the server gives its free C heap
+back once quiet for a second), and its peak under load (VmHWM); the server's own
+counters. Exits 1 when one of the issue's expectations fails: no 5xx other
+than 503, no request lost, final RSS within 10% of the post-warm-up RSS.
 """
 
 from __future__ import annotations
@@ -101,11 +102,12 @@ def build_requests(max_body_bytes: int) -> dict[str, tuple[str, bytes, int]]:
     }
 
 
-def rss_bytes(pid: int) -> int:
+def rss_bytes(pid: int, field: str = "VmRSS") -> int:
+    """The server's resident memory now (``VmRSS``), or its peak so far (``VmHWM``)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    raise RuntimeError(f"no {field} for pid {pid}")
 
 
 def server_counters(url: str) -> dict[str, float]:
@@ -289,6 +291,7 @@ def main() -> int:
         result = run_wrk(url, wrk_args, args.concurrency, args.duration)
         time.sleep(2.0)  # let the server finish what it was doing
         rss["end"] = rss_bytes(server.pid)
+        rss["peak"] = rss_bytes(server.pid, "VmHWM")  # under load, before the idle trim gave the free heap back
         counters = server_counters(url)
         load_after = os.getloadavg()
     finally:

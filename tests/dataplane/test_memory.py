@@ -1,0 +1,64 @@
+"""When the heap trimmer gives the C heap's free memory back: soon after a large request, and once the process
+is quiet after ordinary ones, never while requests keep ending.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from service.dataplane.memory import HeapTrimmer
+
+
+class Releases:
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.event = threading.Event()
+
+    def __call__(self) -> None:
+        self.times.append(time.monotonic())
+        self.event.set()
+
+
+def test_a_request_for_a_trim_runs_soon() -> None:
+    releases = Releases()
+    trimmer = HeapTrimmer(releases, interval_s=0.05, idle_s=10.0)
+    trimmer.request()
+    assert releases.event.wait(2.0)
+    assert trimmer.trims == 1
+
+
+def test_ended_requests_trim_once_the_process_is_quiet() -> None:
+    releases = Releases()
+    trimmer = HeapTrimmer(releases, interval_s=0.0, idle_s=0.2)
+    start = time.monotonic()
+    while time.monotonic() - start < 0.6:  # requests end every 10 ms: never quiet for 0.2 s
+        trimmer.ended()
+        time.sleep(0.01)
+    last_end = time.monotonic()
+    assert releases.times == []
+    assert releases.event.wait(2.0)
+    assert releases.times[0] - last_end >= 0.19  # after the quiet moment, not during the load
+    time.sleep(0.4)
+    assert len(releases.times) == 1  # once: nothing ended since
+
+
+def test_a_request_during_the_quiet_wait_goes_first() -> None:
+    releases = Releases()
+    trimmer = HeapTrimmer(releases, interval_s=0.0, idle_s=30.0)
+    trimmer.ended()
+    time.sleep(0.05)
+    assert releases.times == []
+    trimmer.request()
+    assert releases.event.wait(2.0)
+
+
+def test_ended_after_a_trim_asks_for_the_next_one() -> None:
+    releases = Releases()
+    trimmer = HeapTrimmer(releases, interval_s=0.0, idle_s=0.05)
+    trimmer.ended()
+    assert releases.event.wait(2.0)
+    releases.event.clear()
+    trimmer.ended()
+    assert releases.event.wait(2.0)
+    assert trimmer.trims == 2
