@@ -25,7 +25,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench_http import SMALL, load, machine, send, server, v2_body, wrk
+from bench_http import load, machine, send, server, wrk
+from http_cases import SMALL, v2_body
 from ports import free_port
 
 

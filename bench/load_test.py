@@ -173,7 +173,7 @@ def run_goodput_wrk(url: str, body: Path, headers: dict[str, str], clients: int,
 def goodput(seconds: float, json_out: str | None) -> int:
     """The goodput table: 200s/s, 503s/s, p50/p99 of valid medium /v2 requests at 1, 16 and 64 clients."""
     sys.path.insert(0, str(ROOT / "bench"))
-    from bench_http import v2_body  # the medium /v2 requests of the HTTP benchmark
+    from http_cases import v2_body  # the medium /v2 requests of the HTTP benchmark
 
     workdir = Path(tempfile.mkdtemp(prefix="goodput_"))
     server, url, log = start_server({"ATTN_LOG_LEVEL": "warning"}, workdir / "server.log")
