@@ -18,8 +18,17 @@ LIVE_GET = "service GET /v2/health/live"
 HEALTHZ = "service GET /healthz"
 BARE_MEDIUM_JSON = "bare FastAPI POST, medium /v2 JSON sizes (transport floor)"
 BARE_TINY_MATHS = "bare app POST (a Starlette route), tiny /v2 JSON computed with service.core (numerics floor)"
-TINY_TARGET_CASES = (HEALTHZ, f"/v1 {SMALL} lists", f"/v2 {SMALL} JSON", f"/v2 {SMALL} binary", BARE_TINY_MATHS)
-"""The cases of the tiny-request targets and their floor, measured again in each extra round (``--rounds``)."""
+TARGET_CASES = (
+    HEALTHZ,
+    f"/v1 {SMALL} lists",
+    f"/v2 {SMALL} JSON",
+    f"/v2 {SMALL} binary",
+    BARE_TINY_MATHS,
+    f"/v2 {LARGE} JSON",
+    f"/v2 {LARGE} binary",
+    BARE_MEDIUM_JSON,
+)
+"""The cases of issue 8's targets and their floors, measured again in each extra round (``--rounds``)."""
 
 
 def tensors(shape: tuple[int, ...]) -> list[np.ndarray]:

@@ -11,7 +11,7 @@ from http_cases import (  # bench/ is on sys.path: run as a script
     LARGE,
     LIVE_GET,
     SMALL,
-    TINY_TARGET_CASES,
+    TARGET_CASES,
     Case,
 )
 
@@ -44,14 +44,14 @@ ISSUE8_TARGETS = (
 def print_issue8_ratios(p50: dict[str, float], floor: dict[str, float], rounds: int = 1) -> None:
     """Issue 8's targets: tiny requests near the HTTP floor, JSON within 4x of binary; and the JSON floor.
 
-    ``p50`` holds, for the tiny targets and their floor, the median of ``rounds`` interleaved rounds.
+    ``p50`` holds, for the targets' cases and their floors, the median of ``rounds`` interleaved rounds.
 
     ``floor`` (ms): the transport of the medium JSON sizes (bare app), simdjson's parse of the request,
     orjson's writing of the answer's tensors, and the binary request's engine and diagnostics: what any
     JSON request of this size costs here before the service does anything else.
     """
     tiny, healthz = p50[BARE_TINY_MATHS], p50[HEALTHZ]
-    how = "same run" if rounds == 1 else f"same run; tiny rows: median of {rounds} interleaved rounds"
+    how = "same run" if rounds == 1 else f"same run, median of {rounds} interleaved rounds"
     print(f"\n| target (p50, c=1, {how}) | ms / ms | ratio | target | | our layers over the bare app |")
     print("|---|---:|---:|---|---|---:|")
     for label, num, den, target in ISSUE8_TARGETS:
@@ -150,11 +150,11 @@ def print_report(
         )
     )
     binary_local = by[f"/v2 {lg} binary"].local
-    tiny = {name: by[name].p50 for name in TINY_TARGET_CASES}
+    medians = {name: by[name].p50 for name in TARGET_CASES}
     print_issue8_ratios(
-        {**p50, **tiny},
+        {**p50, **medians},
         {
-            "transport": p50[BARE_MEDIUM_JSON],
+            "transport": medians[BARE_MEDIUM_JSON],
             "parse": codec_floor["parse"],
             "write": codec_floor["write"],
             "engine and diagnostics": binary_local["compute"] + binary_local["diagnostics"],
@@ -163,7 +163,7 @@ def print_report(
     )
     if rounds > 1:
         print("\np50 (ms, one connection) of each round, the first pass first:")
-        for name in TINY_TARGET_CASES:
+        for name in TARGET_CASES:
             print(f"- {name}: {' '.join(f'{x:.3f}' for x in by[name].p50s)}")
     print(
         "\nin-process: the handler's own functions without HTTP (median); engine = the dispatcher's run, "
