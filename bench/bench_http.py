@@ -72,20 +72,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # E402: the service imports only after ROOT is on sys.path (the benchmark runs as a script).
-from http_cases import (  # noqa: E402  (bench/ is on sys.path: run as a script)
-    BARE_GET,
-    BARE_MEDIUM_JSON,
-    BARE_POST,
-    BARE_TINY_MATHS,
-    HEALTHZ,
-    LARGE,
-    LIVE_GET,
-    SMALL,
-    TARGET_CASES,
-    Case,
-    v1_body,
-    v2_body,
-)
+from http_cases import LARGE, TARGET_CASES, build_cases, v2_body  # noqa: E402  (bench/ is on sys.path)
 from http_report import print_report  # noqa: E402
 from ports import free_port  # noqa: E402
 from timing import median_time  # noqa: E402
@@ -292,59 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(**{})  # the environment's ATTN_* settings, as the served app sees them
     v1_run, v2_run = in_process(settings)
 
-    small_v1 = v1_body(SMALL, "lists")
-    cases = [
-        Case(BARE_GET, "/bare", b"", {}, bare=True, method="GET"),
-        Case(LIVE_GET, "/v2/health/live", b"", {}, method="GET"),
-        Case(HEALTHZ, "/healthz", b"", {}, method="GET"),
-        Case(BARE_POST, "/bare", small_v1, {"Content-Type": "application/json"}, bare=True),
-    ]
-    for shape in (SMALL, LARGE):
-        for form in ("lists", "flat", "b64"):
-            body = v1_body(shape, form)
-            cases.append(
-                Case(f"/v1 {shape} {form}", "/v1/attention", body, {"Content-Type": "application/json"}, v1_run(body))
-            )
-        if shape == SMALL:
-            body = v1_body(shape, "lists", diagnostics=False)
-            cases.append(
-                Case(
-                    f"/v1 {shape} lists, no diagnostics",
-                    "/v1/attention",
-                    body,
-                    {"Content-Type": "application/json"},
-                    v1_run(body),
-                )
-            )
-        for binary in (False, True):
-            body, headers = v2_body(shape, binary)
-            cases.append(
-                Case(
-                    f"/v2 {shape} {'binary' if binary else 'JSON'}",
-                    "/v2/models/attention/infer",
-                    body,
-                    headers,
-                    v2_run(body, headers),
-                )
-            )
-
-    # The tiny /v2 JSON request computed by the bare app with the service's maths and nothing else.
-    tiny_json, _ = v2_body(SMALL, False)
-    cases.append(Case(BARE_TINY_MATHS, "/bare/attention", tiny_json, {"Content-Type": "application/json"}, bare=True))
-
-    # The transport of the medium /v2 JSON request and answer alone: the bare app reads that body and
-    # answers as many bytes as the service does.
     medium_json, _ = v2_body(LARGE, False)
     medium_answer = v2_answer(settings, medium_json)
-    cases.append(
-        Case(
-            BARE_MEDIUM_JSON,
-            f"/bare/sized?n={len(medium_answer)}",
-            medium_json,
-            {"Content-Type": "application/json"},
-            bare=True,
-        )
-    )
+    cases = build_cases(v1_run, v2_run, len(medium_answer))
     codec_floor = json_codec_floor(medium_json, medium_answer)
 
     engines_used: dict[str, str] = {}  # /v1 case name -> the engine `auto` chose for it

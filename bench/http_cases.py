@@ -85,9 +85,74 @@ class Case:
     local: dict[str, float] = field(default_factory=dict)
     response_bytes: int = 0
     p50s: list[float] = field(default_factory=list)
-    """p50 (ms, one connection) of each round: the first pass, then the extra rounds of the tiny targets."""
+    """p50 (ms, one connection) of each round: the first pass, then the extra rounds of the targets' cases."""
 
     @property
     def p50(self) -> float:
         """The median of the rounds' p50s (ms)."""
         return statistics.median(self.p50s)
+
+
+V1Run = Callable[[bytes], Callable[[], dict[str, float]]]
+V2Run = Callable[[bytes, dict[str, str]], Callable[[], dict[str, float]]]
+
+
+def build_cases(v1_run: V1Run, v2_run: V2Run, medium_answer_bytes: int) -> list[Case]:
+    """Every case, in the order they run: the floors, then /v1 and /v2 per shape, then the bare app's two.
+
+    ``v1_run`` and ``v2_run`` make each request's in-process run; ``medium_answer_bytes`` is the length of the
+    service's answer to the medium /v2 JSON request (the bare app answers as many bytes).
+    """
+    small_v1 = v1_body(SMALL, "lists")
+    cases = [
+        Case(BARE_GET, "/bare", b"", {}, bare=True, method="GET"),
+        Case(LIVE_GET, "/v2/health/live", b"", {}, method="GET"),
+        Case(HEALTHZ, "/healthz", b"", {}, method="GET"),
+        Case(BARE_POST, "/bare", small_v1, {"Content-Type": "application/json"}, bare=True),
+    ]
+    for shape in (SMALL, LARGE):
+        for form in ("lists", "flat", "b64"):
+            body = v1_body(shape, form)
+            cases.append(
+                Case(f"/v1 {shape} {form}", "/v1/attention", body, {"Content-Type": "application/json"}, v1_run(body))
+            )
+        if shape == SMALL:
+            body = v1_body(shape, "lists", diagnostics=False)
+            cases.append(
+                Case(
+                    f"/v1 {shape} lists, no diagnostics",
+                    "/v1/attention",
+                    body,
+                    {"Content-Type": "application/json"},
+                    v1_run(body),
+                )
+            )
+        for binary in (False, True):
+            body, headers = v2_body(shape, binary)
+            cases.append(
+                Case(
+                    f"/v2 {shape} {'binary' if binary else 'JSON'}",
+                    "/v2/models/attention/infer",
+                    body,
+                    headers,
+                    v2_run(body, headers),
+                )
+            )
+
+    # The tiny /v2 JSON request computed by the bare app with the service's maths and nothing else.
+    tiny_json, _ = v2_body(SMALL, False)
+    cases.append(Case(BARE_TINY_MATHS, "/bare/attention", tiny_json, {"Content-Type": "application/json"}, bare=True))
+
+    # The transport of the medium /v2 JSON request and answer alone: the bare app reads that body and
+    # answers as many bytes as the service does.
+    medium_json, _ = v2_body(LARGE, False)
+    cases.append(
+        Case(
+            BARE_MEDIUM_JSON,
+            f"/bare/sized?n={medium_answer_bytes}",
+            medium_json,
+            {"Content-Type": "application/json"},
+            bare=True,
+        )
+    )
+    return cases
