@@ -244,6 +244,7 @@ class HeapTrimmer:
             pause = last + self._interval_s - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
+            self._wanted.clear()  # what asked during the pause is served by this trim
             self._soon = False
             self._idle_pending = False  # a request ending from here on asks for the next idle trim
             try:

@@ -28,6 +28,21 @@ def test_a_request_for_a_trim_runs_soon() -> None:
     assert trimmer.trims == 1
 
 
+def test_requests_during_the_pause_between_trims_are_merged_into_the_next() -> None:
+    releases = Releases()
+    trimmer = HeapTrimmer(releases, interval_s=0.5, idle_s=30.0)
+    trimmer.request()
+    assert releases.event.wait(2.0)
+    releases.event.clear()
+    trimmer.request()  # the next trim waits for the interval: these three share it
+    time.sleep(0.1)
+    trimmer.request()
+    trimmer.request()
+    assert releases.event.wait(2.0)
+    time.sleep(0.8)  # past another interval: no trim was left pending
+    assert trimmer.trims == 2
+
+
 def test_ended_requests_trim_once_the_process_is_quiet() -> None:
     releases = Releases()
     trimmer = HeapTrimmer(releases, interval_s=0.0, idle_s=0.5)
