@@ -100,10 +100,12 @@ def cast_checked(arr: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
 
 
 _all = np.logical_and.reduce
-_PYTHON_CHECK_MAX = 64
-"""Up to this many values, :func:`finite_as` checks them in Python: numpy's per-call cost is most of a tiny
-tensor's time (an ``errstate`` block alone costs more than the cast)."""
-_LARGEST = {np.dtype(t): float(np.finfo(t).max) for t in (np.float16, np.float32, np.float64)}
+PYTHON_CHECK_MAX = 64
+"""Up to this many values, a tensor's values are checked in Python (:func:`finite_as`, and the /v2 datatype's
+range): numpy's per-call cost is most of a tiny tensor's time (an ``errstate`` block alone costs more than the
+cast)."""
+FLOAT_MAX = {np.dtype(t): float(np.finfo(t).max) for t in (np.float16, np.float32, np.float64)}
+"""The largest finite value of each float dtype."""
 
 
 def _finite_fits(arr: np.ndarray, dtype: np.dtype) -> bool:
@@ -116,7 +118,7 @@ def _finite_fits(arr: np.ndarray, dtype: np.dtype) -> bool:
         return False
     if dtype.itemsize >= arr.dtype.itemsize:
         return True
-    largest = _LARGEST[dtype]  # no finite value of magnitude <= largest rounds to an infinity
+    largest = FLOAT_MAX[dtype]  # no finite value of magnitude <= largest rounds to an infinity
     return max(values) <= largest and min(values) >= -largest
 
 
@@ -124,7 +126,7 @@ def finite_as(arr: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
     """``arr`` in the compute ``dtype`` with every value finite: :func:`cast_checked` and :func:`check_finite`
     in one pass (one check of the result; the index and the cause are looked for only when it fails).
     """
-    if 0 < arr.size <= _PYTHON_CHECK_MAX and arr.dtype.kind == "f" and dtype in _LARGEST and _finite_fits(arr, dtype):
+    if 0 < arr.size <= PYTHON_CHECK_MAX and arr.dtype.kind == "f" and dtype in FLOAT_MAX and _finite_fits(arr, dtype):
         return arr if arr.dtype == dtype else np.asarray(arr, dtype=dtype)
     if arr.dtype == dtype:
         out = arr

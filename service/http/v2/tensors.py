@@ -49,7 +49,7 @@ from service.dataplane.inference import (
     output_as_binary,
     refuse_shared_memory,
 )
-from service.dataplane.tensors import TensorLimits, index_text
+from service.dataplane.tensors import FLOAT_MAX, PYTHON_CHECK_MAX, TensorLimits, index_text
 from service.http.bodies import JSON_OPTIONS, plain
 from service.http.codecs import jsonbody, jsonerrors
 from service.http.codecs.problems import Expect, find_problem, numbers_only
@@ -249,20 +249,16 @@ def _from_json_array(
     return arr.astype(dtype).reshape(shape)
 
 
-_LARGEST = {np.dtype(t): float(np.finfo(t).max) for t in (np.float16, np.float32)}
-_PYTHON_PEAK_MAX = 64
-
-
 def _check_fits(arr: np.ndarray, datatype: str, dtype: np.dtype, name: str) -> None:
     """A number that the declared float datatype cannot hold is refused by element, with the protocol's remedy (the
     wider datatype), as /v1 refuses a value beyond its declared dtype.
     """
     if dtype.itemsize >= 8 or arr.size == 0:
         return
-    largest = _LARGEST.get(dtype) or float(np.finfo(dtype).max)
+    largest = FLOAT_MAX.get(dtype) or float(np.finfo(dtype).max)
     # The largest magnitude first (a tiny tensor's in Python: numpy's per-call cost is most of the time there);
     # JSON holds no NaN, and a NaN peak takes the element-wise path anyway.
-    peak = max(map(abs, arr.ravel().tolist())) if arr.size <= _PYTHON_PEAK_MAX else float(np.abs(arr).max())
+    peak = max(map(abs, arr.ravel().tolist())) if arr.size <= PYTHON_CHECK_MAX else float(np.abs(arr).max())
     if peak <= largest:
         return
     with np.errstate(invalid="ignore"):
