@@ -9,8 +9,10 @@ The run:
    uvicorn, one worker, uvloop and httptools, every middleware; the ONNX engine
    as configured by the ``ATTN_*`` environment) and, beside it, a bare FastAPI
    endpoint that reads the body and returns a constant
-   (``bench/http_bare_app.py``, the HTTP floor), both with ``ATTN_LOG_LEVEL``
-   warning so that neither writes an access log line per request;
+   (``bench/http_bare_app.py``, the HTTP floor), and the service with its
+   /v2 job replaced by the bare app's maths (``bench/http_edge_floor.py``),
+   all with ``ATTN_LOG_LEVEL`` warning so that none writes an access log line
+   per request;
 2. for each case, checks one request answers 200, then measures with wrk
    (``bench/http_post.lua``): latency p50/p99 with 1 connection, and
    throughput with 16 connections;
@@ -29,11 +31,13 @@ tables in ``bench/http_report.py``.
 
 The issue 8 table compares, in the same run, tiny requests with diagnostics
 to ``GET /healthz`` (target at most 2x) and medium /v2 JSON to medium /v2
-binary (target at most 4x), and says met or missed. Its last two rows are
-floors. The tiny one: the bare app answering the tiny /v2 JSON request with
-the service's own maths (``POST /bare/attention``: orjson, ``service.core``'s
-attention and diagnostics, none of the service's parsing, validation, budgets,
-dispatch, metrics or middleware). The medium one: the bare app carrying the
+binary (target at most 4x), and says met or missed. Its last three rows are
+floors. The tiny request's two: the bare app answering the tiny /v2 JSON
+request with the service's own maths (``POST /bare/attention``: orjson,
+``service.core``'s attention and diagnostics, none of the service's parsing,
+validation, budgets, dispatch, metrics or middleware), and the same maths as
+the job inside the service's own HTTP edge (its protocol, auth, admission,
+body read, scheduler, metrics: all but the job's own layers). The medium one: the bare app carrying the
 same bytes in and out (``POST /bare/sized``), simdjson parsing the body and
 orjson writing the answer's tensors in-process, and the binary request's
 engine and diagnostics; no JSON implementation on this parser, writer and
@@ -287,15 +291,17 @@ def main(argv: list[str] | None = None) -> int:
     engines_used: dict[str, str] = {}  # /v1 case name -> the engine `auto` chose for it
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
-        port, bare_port = free_port(), free_port()
-        service_cmd = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(port)]
-        bare_cmd = [sys.executable, str(ROOT / "bench" / "http_bare_app.py"), "--port", str(bare_port)]
+        ports = {"service": free_port(), "bare": free_port(), "edge": free_port()}
+        service_cmd = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(ports["service"])]
+        bare_cmd = [sys.executable, str(ROOT / "bench" / "http_bare_app.py"), "--port", str(ports["bare"])]
+        edge_cmd = [sys.executable, str(ROOT / "bench" / "http_edge_floor.py"), "--port", str(ports["edge"])]
         with (
-            server(service_cmd, f"http://127.0.0.1:{port}/readyz", tmpdir / "service.log"),
-            server(bare_cmd, f"http://127.0.0.1:{bare_port}/openapi.json", tmpdir / "bare.log"),
+            server(service_cmd, f"http://127.0.0.1:{ports['service']}/readyz", tmpdir / "service.log"),
+            server(bare_cmd, f"http://127.0.0.1:{ports['bare']}/openapi.json", tmpdir / "bare.log"),
+            server(edge_cmd, f"http://127.0.0.1:{ports['edge']}/readyz", tmpdir / "edge.log"),
         ):
             for i, case in enumerate(cases):
-                url = f"http://127.0.0.1:{bare_port if case.bare else port}{case.path}"
+                url = f"http://127.0.0.1:{ports[case.server]}{case.path}"
                 status, content, _ = send(case.method, url, case.body, case.headers)
                 if status != 200:
                     raise SystemExit(f"{case.name}: {status} {content[:500]!r}")
@@ -320,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(rounds - 1):
                 for name in TARGET_CASES:
                     i, case = by_name[name]
-                    url = f"http://127.0.0.1:{bare_port if case.bare else port}{case.path}"
+                    url = f"http://127.0.0.1:{ports[case.server]}{case.path}"
                     p50 = wrk(case.method, url, tmpdir / f"body{i}", case.headers, 1, duration)["p50_us"] / 1e3
                     case.p50s.append(p50)
     load_end = load()

@@ -49,18 +49,17 @@ async def bare_sized(request: Request, n: int) -> Response:
     return Response(body, media_type="application/json")
 
 
-async def bare_attention(request: Request) -> Response:
+def tiny_answer(body: bytes) -> bytes | None:
     """A /v2 JSON attention request (float32 query, key and value) answered with output, weights and diagnostics
     by the service's own numerics (``service.core``), without its parsing, validation, budgets, dispatch, metrics
-    or middleware: what no implementation on this server and these functions goes below. A plain Starlette
-    route, not FastAPI's.
+    or middleware: what no implementation on this server and these functions goes below. None when a tensor is
+    not finite. ``bench/http_edge_floor.py`` runs it inside the service's HTTP edge.
     """
     tensors = {
-        t["name"]: np.array(t["data"], dtype=np.float32).reshape(t["shape"])
-        for t in orjson.loads(await request.body())["inputs"]
+        t["name"]: np.array(t["data"], dtype=np.float32).reshape(t["shape"]) for t in orjson.loads(body)["inputs"]
     }
     if not all(np.isfinite(a).all() for a in tensors.values()):
-        return Response(b'{"error":"not finite"}', status_code=400, media_type="application/json")
+        return None
     inputs = AttentionInputs(tensors["query"], tensors["key"], tensors["value"])
     # scores too, as the service computes them for the diagnostics' score statistics
     result = run_attention(AttentionTask(inputs, AttentionParams("softmax"), need_weights=True, need_scores=True))
@@ -74,7 +73,15 @@ async def bare_attention(request: Request) -> Response:
             for name, a in (("output", result.output), ("weights", result.weights))
         ],
     }
-    return Response(orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
+    return orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+async def bare_attention(request: Request) -> Response:
+    """:func:`tiny_answer` on a plain Starlette route, not FastAPI's."""
+    answer = tiny_answer(await request.body())
+    if answer is None:
+        return Response(b'{"error":"not finite"}', status_code=400, media_type="application/json")
+    return Response(answer, media_type="application/json")
 
 
 app.add_route("/bare/attention", bare_attention, methods=["POST"])

@@ -18,12 +18,14 @@ LIVE_GET = "service GET /v2/health/live"
 HEALTHZ = "service GET /healthz"
 BARE_MEDIUM_JSON = "bare FastAPI POST, medium /v2 JSON sizes (transport floor)"
 BARE_TINY_MATHS = "bare app POST (a Starlette route), tiny /v2 JSON computed with service.core (numerics floor)"
+EDGE_TINY_MATHS = "the service's HTTP edge, its /v2 job replaced by the bare app's maths (edge floor)"
 TARGET_CASES = (
     HEALTHZ,
     f"/v1 {SMALL} lists",
     f"/v2 {SMALL} JSON",
     f"/v2 {SMALL} binary",
     BARE_TINY_MATHS,
+    EDGE_TINY_MATHS,
     f"/v2 {LARGE} JSON",
     f"/v2 {LARGE} binary",
     BARE_MEDIUM_JSON,
@@ -78,7 +80,8 @@ class Case:
     body: bytes
     headers: dict[str, str]
     inproc: Callable[[], dict[str, float]] | None = None
-    bare: bool = False
+    server: str = "service"
+    """Which server answers: ``service``, ``bare`` (bench/http_bare_app.py) or ``edge`` (bench/http_edge_floor.py)."""
     method: str = "POST"
     e2e: dict[str, Any] = field(default_factory=dict)
     e2e_c: dict[str, Any] = field(default_factory=dict)
@@ -98,17 +101,18 @@ V2Run = Callable[[bytes, dict[str, str]], Callable[[], dict[str, float]]]
 
 
 def build_cases(v1_run: V1Run, v2_run: V2Run, medium_answer_bytes: int) -> list[Case]:
-    """Every case, in the order they run: the floors, then /v1 and /v2 per shape, then the bare app's two.
+    """Every case, in the order they run: the floors, then /v1 and /v2 per shape, then the two floors of the tiny
+    request and the medium transport floor.
 
     ``v1_run`` and ``v2_run`` make each request's in-process run; ``medium_answer_bytes`` is the length of the
     service's answer to the medium /v2 JSON request (the bare app answers as many bytes).
     """
     small_v1 = v1_body(SMALL, "lists")
     cases = [
-        Case(BARE_GET, "/bare", b"", {}, bare=True, method="GET"),
+        Case(BARE_GET, "/bare", b"", {}, server="bare", method="GET"),
         Case(LIVE_GET, "/v2/health/live", b"", {}, method="GET"),
         Case(HEALTHZ, "/healthz", b"", {}, method="GET"),
-        Case(BARE_POST, "/bare", small_v1, {"Content-Type": "application/json"}, bare=True),
+        Case(BARE_POST, "/bare", small_v1, {"Content-Type": "application/json"}, server="bare"),
     ]
     for shape in (SMALL, LARGE):
         for form in ("lists", "flat", "b64"):
@@ -141,7 +145,19 @@ def build_cases(v1_run: V1Run, v2_run: V2Run, medium_answer_bytes: int) -> list[
 
     # The tiny /v2 JSON request computed by the bare app with the service's maths and nothing else.
     tiny_json, _ = v2_body(SMALL, False)
-    cases.append(Case(BARE_TINY_MATHS, "/bare/attention", tiny_json, {"Content-Type": "application/json"}, bare=True))
+    cases.append(
+        Case(BARE_TINY_MATHS, "/bare/attention", tiny_json, {"Content-Type": "application/json"}, server="bare")
+    )
+    # The same answer inside the service's HTTP edge: everything the service does but the job's own layers.
+    cases.append(
+        Case(
+            EDGE_TINY_MATHS,
+            "/v2/models/attention/infer",
+            tiny_json,
+            {"Content-Type": "application/json"},
+            server="edge",
+        )
+    )
 
     # The transport of the medium /v2 JSON request and answer alone: the bare app reads that body and
     # answers as many bytes as the service does.
@@ -152,7 +168,7 @@ def build_cases(v1_run: V1Run, v2_run: V2Run, medium_answer_bytes: int) -> list[
             f"/bare/sized?n={medium_answer_bytes}",
             medium_json,
             {"Content-Type": "application/json"},
-            bare=True,
+            server="bare",
         )
     )
     return cases
