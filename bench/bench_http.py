@@ -292,16 +292,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
         ports = {"service": free_port(), "bare": free_port(), "edge": free_port()}
+        base = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}  # by Case.server
         service_cmd = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(ports["service"])]
         bare_cmd = [sys.executable, str(ROOT / "bench" / "http_bare_app.py"), "--port", str(ports["bare"])]
         edge_cmd = [sys.executable, str(ROOT / "bench" / "http_edge_floor.py"), "--port", str(ports["edge"])]
         with (
-            server(service_cmd, f"http://127.0.0.1:{ports['service']}/readyz", tmpdir / "service.log"),
-            server(bare_cmd, f"http://127.0.0.1:{ports['bare']}/openapi.json", tmpdir / "bare.log"),
-            server(edge_cmd, f"http://127.0.0.1:{ports['edge']}/readyz", tmpdir / "edge.log"),
+            server(service_cmd, base["service"] + "/readyz", tmpdir / "service.log"),
+            server(bare_cmd, base["bare"] + "/openapi.json", tmpdir / "bare.log"),
+            server(edge_cmd, base["edge"] + "/readyz", tmpdir / "edge.log"),
         ):
             for i, case in enumerate(cases):
-                url = f"http://127.0.0.1:{ports[case.server]}{case.path}"
+                url = base[case.server] + case.path
                 status, content, _ = send(case.method, url, case.body, case.headers)
                 if status != 200:
                     raise SystemExit(f"{case.name}: {status} {content[:500]!r}")
@@ -326,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(rounds - 1):
                 for name in TARGET_CASES:
                     i, case = by_name[name]
-                    url = f"http://127.0.0.1:{ports[case.server]}{case.path}"
+                    url = base[case.server] + case.path
                     p50 = wrk(case.method, url, tmpdir / f"body{i}", case.headers, 1, duration)["p50_us"] / 1e3
                     case.p50s.append(p50)
     load_end = load()
