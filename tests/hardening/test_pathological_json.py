@@ -6,6 +6,7 @@ before any Python object is built for its elements, so the event loop keeps answ
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 
@@ -23,7 +24,11 @@ def rss_kb(pid: int) -> int:
 
 
 def post_while_probing(url: str, body: bytes) -> tuple[httpx.Response, float, float]:
-    """POST ``body`` while /healthz is asked every 20 ms: (the answer, its time, the slowest probe)."""
+    """POST ``body`` while /healthz is asked every 20 ms: (the answer, its time, the slowest probe).
+
+    The collector is off meanwhile: a full collection of the test run's own heap would stall the probe in
+    this process, not in the server.
+    """
     stop = threading.Event()
     slowest = [0.0]
 
@@ -36,14 +41,19 @@ def post_while_probing(url: str, body: bytes) -> tuple[httpx.Response, float, fl
                 time.sleep(0.02)
 
     prober = threading.Thread(target=probe)
-    prober.start()
-    time.sleep(0.2)
-    t0 = time.monotonic()
-    r = httpx.post(url + "/v1/attention", content=body, headers={"content-type": "application/json"}, timeout=60)
-    took = time.monotonic() - t0
-    time.sleep(0.2)
-    stop.set()
-    prober.join(30)
+    gc.disable()
+    try:
+        prober.start()
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        headers = {"content-type": "application/json"}
+        r = httpx.post(url + "/v1/attention", content=body, headers=headers, timeout=60)
+        took = time.monotonic() - t0
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        prober.join(30)
+        gc.enable()
     return r, took, slowest[0]
 
 
@@ -81,10 +91,18 @@ def test_pathological_json_is_refused_from_its_bytes(live_server, case: str) -> 
     pid = server.proc.pid
     httpx.get(server.url + "/healthz")
     before = rss_kb(pid)
-    r, took, slowest = post_while_probing(server.url, body)
-    assert r.status_code == 422, r.text[:500]
-    assert any(e["loc"] == loc for e in r.json()["errors"]), r.json()
-    grown_mb = (rss_kb(pid) - before) / 1024
-    assert took < 2.0, took
-    assert slowest < 0.3, slowest  # the liveness probe is answered meanwhile
-    assert grown_mb < 150, grown_mb  # the body itself and its parse, not millions of Python lists
+    # Timed on a shared 2-core machine, a single probe can meet a scheduler stall (one CI run saw 0.37 s where
+    # quiet runs give 0.02 to 0.1 s). A second try tells that from the fault this guards against, which held
+    # the lock for over a second on every try: each try must pass the memory check, one the timing checks.
+    tries = []
+    for _ in range(2):
+        r, took, slowest = post_while_probing(server.url, body)
+        assert r.status_code == 422, r.text[:500]
+        assert any(e["loc"] == loc for e in r.json()["errors"]), r.json()
+        grown_mb = (rss_kb(pid) - before) / 1024
+        assert grown_mb < 150, grown_mb  # the body itself and its parse, not millions of Python lists
+        tries.append((took, slowest))
+        if took < 2.0 and slowest < 0.3:  # answered in time, and the liveness probe answered meanwhile
+            break
+    else:
+        raise AssertionError(f"(took, slowest probe) in seconds, per try: {tries}")
