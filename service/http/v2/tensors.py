@@ -255,7 +255,7 @@ def _check_fits(arr: np.ndarray, datatype: str, dtype: np.dtype, name: str) -> N
     """
     if dtype.itemsize >= 8 or arr.size == 0:
         return
-    largest = FLOAT_MAX.get(dtype) or float(np.finfo(dtype).max)
+    largest = FLOAT_MAX[dtype]  # FP16 or FP32 here: every float datatype narrower than FP64
     # The largest magnitude first (a tiny tensor's in Python: numpy's per-call cost is most of the time there);
     # JSON holds no NaN, and a NaN peak takes the element-wise path anyway.
     peak = max(map(abs, arr.ravel().tolist())) if arr.size <= PYTHON_CHECK_MAX else float(np.abs(arr).max())
