@@ -289,15 +289,21 @@ def test_masked_cells_differ_from_zero_weights(page: Any, shots: Path) -> None:
     assert page.errors == [] and page.outside == []
 
 
+def run_sweep(page: Any) -> None:
+    """Click the gradient panel's run button and wait for the sweep that click asked for (the one started at
+    page load may still be running: it leaves its source on the chart).
+    """
+    page.click("#grad-run")
+    page.wait_for_selector("#grad-chart[data-source]:not([aria-busy])", timeout=60_000)
+
+
 def _routes(server: LiveServer) -> set[str]:
     return set(httpx.get(server.url + "/openapi.json").json()["paths"])
 
 
 def test_gradient_sampling_and_calibration_panels(page: Any, page_server: LiveServer, shots: Path) -> None:
     routes = _routes(page_server)
-    page.click("#grad-run")
-    # the sweep the click asked for (the one started at page load may still be running: it leaves its source)
-    page.wait_for_selector("#grad-chart[data-source]:not([aria-busy])", timeout=60_000)
+    run_sweep(page)
     source = page.get_attribute("#grad-chart", "data-source")
     assert source == ("analyze" if "/v1/attention/analyze" in routes else "backward")
     first = page.eval_on_selector("#grad-chart path", "p => JSON.parse(p.dataset.values)")
@@ -333,9 +339,7 @@ def test_gradient_sampling_and_calibration_panels(page: Any, page_server: LiveSe
 
 def check_sweep_chart(page: Any) -> None:
     """The scale sweep has its y axes with tick values and titles, the x axis, and a legend entry per line."""
-    page.click("#grad-run")
-    # the sweep the click asked for (the one started at page load may still be running: it leaves its source)
-    page.wait_for_selector("#grad-chart[data-source]:not([aria-busy])", timeout=60_000)
+    run_sweep(page)
     two_axes = page.get_attribute("#grad-chart", "data-source") == "analyze"  # Jacobian norm and entropy
     lines = page.eval_on_selector_all(
         "#grad-chart path.line", "ps => ps.map(p => [p.dataset.series, p.dataset.axis, JSON.parse(p.dataset.values)])"
@@ -435,18 +439,14 @@ def test_bad_input_clears_the_results(page: Any, shots: Path) -> None:
     expect(page.locator("#heatmaps rect.cell")).to_have_count(2 * 3, timeout=20_000)
     expect(page.locator("#heat-error")).to_have_text("")
 
-    page.click("#grad-run")
-    # the sweep the click asked for (the one started at page load may still be running: it leaves its source)
-    page.wait_for_selector("#grad-chart[data-source]:not([aria-busy])", timeout=60_000)
+    run_sweep(page)
     page.fill("#grad-dim", "0")  # E = 0: refused
     page.click("#grad-run")
     expect(page.locator("#grad-error")).to_contain_text("422", timeout=20_000)
     expect(page.locator("#grad-chart path, #grad-chart text, #grad-chart g")).to_have_count(0)
     assert page.get_attribute("#grad-chart", "data-source") is None and page.text_content("#grad-summary") == ""
     page.fill("#grad-dim", "16")
-    page.click("#grad-run")
-    # the sweep the click asked for (the one started at page load may still be running: it leaves its source)
-    page.wait_for_selector("#grad-chart[data-source]:not([aria-busy])", timeout=60_000)
+    run_sweep(page)
     expect(page.locator("#grad-chart path.line")).to_have_count(2)
     expect(page.locator("#grad-error")).to_have_text("")
     assert refused(page.errors) == [] and page.outside == []
