@@ -10,7 +10,7 @@ straight from numpy. Bodies sent with ``Content-Encoding: gzip`` or
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import numpy as np
@@ -190,8 +190,11 @@ def json_error(body: bytes, exc: orjson.JSONDecodeError) -> ProblemError:
     return ProblemError(422, msg, errors=[{"loc": list(path), "msg": msg}])
 
 
-def parse_json_object(body: bytes, tensor_fields: Iterable[str] = ()) -> dict[str, Any]:
-    """Parse a body as one JSON object, or raise a 422 problem.
+def parse_json_object(
+    body: bytes, tensor_fields: Iterable[str] = (), fields: Collection[str] | None = None
+) -> dict[str, Any]:
+    """Parse a body as one JSON object, or raise a 422 problem (``fields``: the keys it may have, see
+    :func:`~service.http.codecs.jsonbody.parse_object`).
 
     The top-level ``tensor_fields`` of a large body stay
     :class:`~service.http.codecs.jsonbody.JsonArray` (simdjson's tape, decoded straight
@@ -202,7 +205,7 @@ def parse_json_object(body: bytes, tensor_fields: Iterable[str] = ()) -> dict[st
         raise ProblemError(
             422, "the request body is empty; send a JSON object", errors=[{"loc": ["body"], "msg": "empty body"}]
         )
-    obj = jsonbody.parse_object(body, tensor_fields, lambda exc: json_error(body, exc))
+    obj = jsonbody.parse_object(body, tensor_fields, lambda exc: json_error(body, exc), fields)
     if not isinstance(obj, dict):
         msg = "the body must be a JSON object"
         raise ProblemError(422, msg, errors=[{"loc": ["body"], "msg": msg}])

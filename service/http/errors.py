@@ -25,6 +25,7 @@ from service.dataplane.errors import (
     as_service_error,
     phrased,
 )
+from service.http.codecs.problems import Refused
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBLEM_TYPE_BASE = "https://attention-service.dev/problems/"
@@ -194,6 +195,10 @@ def install_error_handlers(app: FastAPI) -> None:
     """Answer every error the app can raise as problem+json."""
 
     async def on_service_error(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, Refused):
+            metrics = getattr(request.app.state, "metrics", None)
+            if metrics is not None:
+                metrics.refused(exc.reason)
         error = as_service_error(exc)
         assert error is not None
         return problem_response(STATUS[error.kind], error.message, errors=error.errors, headers=retry_headers(error))

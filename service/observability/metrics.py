@@ -63,6 +63,7 @@ REJECT_REASONS = (
     "queue_timeout",
     "deadline",
     "body_memory",
+    "body_fields",
     "connections",
     "shutdown",
 )

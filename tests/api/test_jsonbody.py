@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from service.core.errors import InvalidInput
 from service.http.codecs import jsonbody, jsonerrors, jsonfast, jsonscan
 from service.http.codecs import tensors as codecs
+from service.http.codecs.problems import Refused
 
 FIELDS = ("query", "key", "value", "mask")
 
@@ -251,3 +252,78 @@ def test_pathological_arrays_are_read_without_python_objects() -> None:
     obj = parse_fast(body)
     assert obj["query"].lead_dims() == (3_000_000, 0)
     assert "above the limit" in str(decode(obj["query"]))
+
+
+# -- many keys, long strings (issue 27, items 4 and 5) ---------------------------------------------------------------
+
+
+def parse_with_fields(body: bytes, fields: frozenset[str]) -> Any:
+    saved = jsonbody.SIMDJSON_MIN_BYTES
+    jsonbody.SIMDJSON_MIN_BYTES = 0
+    try:
+        return jsonbody.parse_object(body, FIELDS, _refuse, fields)
+    finally:
+        jsonbody.SIMDJSON_MIN_BYTES = saved
+
+
+KNOWN = frozenset({*FIELDS, "scale"})
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_more_keys_than_fields_are_refused_by_the_first_unknown_ones(large: bool) -> None:
+    body = b'{"query": [[1.0]], "scale": 1' + b"".join(b', "k%d": [0]' % i for i in range(30)) + b"}"
+    parse = parse_with_fields if large else (lambda b, f: jsonbody.parse_object(b, FIELDS, _refuse, f))
+    with pytest.raises(Refused) as caught:
+        parse(body, KNOWN)
+    assert caught.value.reason == "body_fields"
+    assert caught.value.errors == [{"loc": [f"k{i}"], "msg": "Extra inputs are not permitted"} for i in range(10)]
+    assert caught.value.message.startswith("the body has 32 fields, more than the 5 names its request knows")
+    assert caught.value.message.endswith("'k8', 'k9', ...")
+    # as many keys as fields: left to the request model, as before
+    assert parse(b'{"query": [[1.0]], "a": 1, "b": 2, "c": 3, "d": 4}', KNOWN)["d"] == 4
+
+
+def test_more_keys_than_fields_that_only_repeat_known_ones_read_as_orjson_does() -> None:
+    body = b'{"query": [[1.0]]' + b', "scale": %d' * 40 % tuple(range(40)) + b"}"
+    assert parse_with_fields(body, KNOWN) == {"query": [[1.0]], "scale": 39}
+
+
+def test_a_tensor_object_with_more_keys_than_its_own_is_refused_by_its_field() -> None:
+    body = b'{"query": {"shape": [1], "dtype": "float32", "data": [1.0], "x": 1, "y": 2}}'
+    with pytest.raises(Refused) as caught:
+        parse_with_fields(body, KNOWN)
+    assert caught.value.errors is not None and caught.value.errors[0]["loc"] == ["query"]
+    assert "more than a tensor object's b64, data, dtype, shape" in caught.value.message
+
+
+def test_an_inference_request_keeps_the_keys_the_protocol_reads() -> None:
+    extra = b"".join(b', "k%d": [0]' % i for i in range(10))
+    infer = b'{"id": "a", "inputs": [{"name": "q", "shape": [1], "datatype": "FP32", "data": [1.0]' + extra + b"}]"
+    saved = jsonbody.SIMDJSON_MIN_BYTES
+    jsonbody.SIMDJSON_MIN_BYTES = 0
+    try:
+        req = jsonbody.parse_infer_request(infer + extra + b"}", _refuse)
+    finally:
+        jsonbody.SIMDJSON_MIN_BYTES = saved
+    assert set(req) == {"id", "inputs"} and set(req["inputs"][0]) == {"name", "shape", "datatype", "data"}
+    assert req["inputs"][0]["data"].as_float64().tolist() == [1.0]
+
+
+_long_text = st.text(
+    alphabet=st.sampled_from(["a", "\\", '"', "é", "\u2028", "\x01", "[", ","]), min_size=0, max_size=600
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=_long_text, before=st.integers(0, 3))
+def test_a_string_of_any_length_is_named_as_the_python_walk_names_it(text: str, before: int) -> None:
+    """Long strings are read by their first bytes, backslashes before quotes counted with numpy: same words."""
+    import simdjson
+
+    from service.http.codecs.jsonscan import Analysis
+    from service.http.codecs.problems import find_problem
+
+    value = [[1.0] * before + [text] + [1.0] * (3 - before)]
+    analysis = Analysis(simdjson.Parser().parse(json.dumps(value, ensure_ascii=False).encode()).mini)
+    want, got = find_problem(value, "query", "numbers"), analysis.problem("query", "numbers")
+    assert got is not None and want is not None and (got.index, got.message) == (want.index, want.message)

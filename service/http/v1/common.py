@@ -5,6 +5,7 @@ its answers, and scheduling its work on the data plane.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any, TypeVar
 
 import numpy as np
@@ -80,9 +81,17 @@ def validated(model: type[M], obj: dict[str, Any]) -> M:
         raise ServiceError(Kind.INVALID, summarize(errors), errors=errors) from None
 
 
+@cache
+def request_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The keys a body of ``model`` may have: its fields' names and aliases."""
+    return frozenset(model.model_fields) | {f.alias for f in model.model_fields.values() if f.alias}
+
+
 def parsed(model: type[M], raw: bytes, tensor_fields: tuple[str, ...]) -> M:
-    """A /v1 body parsed (its tensors left for :func:`tensor`) and validated."""
-    return validated(model, parse_json_object(raw, tensor_fields))
+    """A /v1 body parsed (its tensors left for :func:`tensor`; more keys than the model has fields refused before
+    they are looked up) and validated.
+    """
+    return validated(model, parse_json_object(raw, tensor_fields, request_fields(model)))
 
 
 def tensor(value: Any, name: str, limits: TensorLimits, kind: TensorKind = "float") -> np.ndarray:
