@@ -67,16 +67,36 @@ def escape_text(value: object) -> str:
     return _CONTROL.sub(_escape_char, text) if _CONTROL.search(text) else text
 
 
+_QUOTED = frozenset(' ="')
+"""A value with one of these characters is quoted in a text line (logfmt): unquoted, a space in a client's path
+could add a field (``path=/v1/x status=200``)."""
+
+
+def quote_text(value: object, quote_when: frozenset[str] = _QUOTED) -> str:
+    """``value`` as :func:`escape_text` writes it, between double quotes when it is empty or holds a character of
+    ``quote_when`` (a quote inside preceded by a backslash), as logfmt does: one value stays one field.
+    """
+    text = escape_text(value)
+    if text and quote_when.isdisjoint(text):
+        return text
+    return '"' + text.replace('"', '\\"') + '"'
+
+
+_MESSAGE_QUOTED = frozenset('="')
+"""A message with one of these is quoted (spaces are its own): ``key=value`` in it would read as a field."""
+
+
 class TextFormatter(logging.Formatter):
     """``ts level logger message key=value ...`` for people reading a terminal; one line per record (control
-    characters in the message and the fields escaped), then the traceback if any.
+    characters in the message and the fields escaped, values quoted as logfmt does), then the traceback if any.
     """
 
     def format(self, record: logging.LogRecord) -> str:
         fields = record_fields(record)
-        head = " ".join(escape_text(fields.pop(k)) for k in ("ts", "level", "logger", "message"))
+        head = " ".join(escape_text(fields.pop(k)) for k in ("ts", "level", "logger"))
+        message = quote_text(fields.pop("message"), _MESSAGE_QUOTED)
         exc = fields.pop("exc_info", None)
-        line = head + "".join(f" {escape_text(k)}={escape_text(v)}" for k, v in fields.items())
+        line = f"{head} {message}" + "".join(f" {escape_text(k)}={quote_text(v)}" for k, v in fields.items())
         return f"{line}\n{exc}" if exc else line
 
 
