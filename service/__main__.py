@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from service.cli.args import COMMANDS, build_parser, program_name
+from service.cli.args import COMMANDS, SERVE_FLAGS, build_parser, program_name
 
 STARTUP_FAILURE = 3
 """uvicorn's exit status for a server that failed to start (its ``uvicorn.config.STARTUP_FAILURE``)."""
@@ -30,9 +30,25 @@ def _exit_zero(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
+def export_serve_flags(args: argparse.Namespace) -> None:
+    """Put each ``serve`` flag given into the environment as its ``ATTN_*`` variable (``--grpc-port 9001``:
+    ``ATTN_GRPC_PORT=9001``), replacing the variable however it is spelled: the worker processes build their
+    settings from the environment, so a flag and its variable are one thing to the server and every worker.
+    """
+    for name in SERVE_FLAGS:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        variable = "ATTN_" + name.upper()
+        for spelled in [key for key in os.environ if key.upper() == variable]:
+            del os.environ[spelled]
+        os.environ[variable] = str(value)
+
+
 def _serve(settings: Settings) -> int:
     """Run uvicorn until SIGTERM or SIGINT, then let requests in flight finish (up to
-    ``shutdown_grace_s``) and exit 0. Exit 2 when the metrics directory cannot hold the workers' files.
+    ``shutdown_grace_s``) and exit 0. Exit 2 when the metrics directory cannot hold the workers' files,
+    3 when a port is taken (one line that names it and its setting).
     """
     import logging
     import logging.config
@@ -42,7 +58,12 @@ def _serve(settings: Settings) -> int:
     from service.http.edge.connections import raise_descriptor_limit
     from service.observability.logs import log_config
     from service.observability.multiproc import MetricsDirError, check_metrics_room, prepare_metrics_dir
+    from service.startup import check_ports
 
+    taken = check_ports(settings)
+    if taken is not None:
+        print(taken, file=sys.stderr)
+        return STARTUP_FAILURE
     metrics_dir = prepare_metrics_dir(settings.metrics_dir)  # before anything imports prometheus-client
     if metrics_dir is not None:
         try:
@@ -154,11 +175,9 @@ def _dispatch(args: argparse.Namespace, prog: str) -> int:
 
         from service.settings import Settings
 
-        overrides = {
-            k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers)) if v is not None
-        }
+        export_serve_flags(args)
         try:
-            settings = Settings(**overrides)
+            settings = Settings()
         except ValidationError as exc:
             print(f"refusing to start: {exc}", file=sys.stderr)
             return 2

@@ -109,7 +109,15 @@ def create_app(
         if settings.workers > 1:
             await started  # a failed start-up still lets the worker serve /readyz's reason
             logger.info("worker %d: engines started; taking connections", os.getpid())
-        grpc_server = await start_grpc(plane, metrics) if settings.grpc_enabled else None
+        try:
+            grpc_server = await start_grpc(plane, metrics) if settings.grpc_enabled else None
+        except Exception:
+            # The start failed (the gRPC port is taken): let the engines finish starting and close them first, as
+            # a stop does. ONNX Runtime still building sessions as the process exits aborts it (SIGABRT, 134, not 3).
+            await started
+            runtime.close_engines()
+            metrics.close()
+            raise
         stopping = stop_grpc_on_signals(grpc_server, settings.shutdown_grace_s)
         try:
             # The server's connection protocol reads this (uvicorn hands the lifespan's state to it).

@@ -13,6 +13,9 @@ URL_ENV = "ATTENTION_URL"
 NORMALIZERS = ["softmax", "sparsemax", "entmax15", "entmax", "relu"]
 CAUSAL = ["false", "true", "top_left", "bottom_right"]
 PRECISIONS = ["float32", "float64"]
+SERVE_FLAGS = ("host", "port", "grpc_port", "workers")
+"""``serve``'s flags, by setting name: each one given is put in the environment as its ``ATTN_*`` variable, where
+the server and every worker process read their settings."""
 COMMANDS = ("attention", "softmax", "backward", "analyze", "sample", "calibrate")
 """The computing commands: against a service (``--url``, through the client) or in this process (``--local``)."""
 
@@ -71,9 +74,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="Attention inference service.")
     parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    serve = sub.add_parser("serve", help="start the HTTP server (defaults from ATTN_* settings)")
-    serve.add_argument("--host", help="bind address (ATTN_HOST, default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (ATTN_PORT, default 8000)")
+    serve = sub.add_parser(
+        "serve",
+        help="start the server, REST and gRPC (defaults from ATTN_* settings)",
+        description="Start the server. Each flag sets its ATTN_* setting, for every worker process alike.",
+    )
+    serve.add_argument("--host", help="bind address of REST and gRPC (ATTN_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="REST port (ATTN_PORT, default 8000; 0: any free port)")
+    serve.add_argument("--grpc-port", type=int, help="gRPC port (ATTN_GRPC_PORT, default 8001; 0: any free port)")
     serve.add_argument("--workers", type=int, help="worker processes (ATTN_WORKERS, default 1)")
     export = sub.add_parser(
         "export-models", help="build the ONNX graphs into models/ (deterministic; needs the export extra)"

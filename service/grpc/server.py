@@ -102,8 +102,13 @@ class GrpcServer:
         address = f"{settings.host}:{settings.grpc_port}"
         try:
             port = int(server.add_insecure_port(address))
-        except RuntimeError as exc:
-            raise RuntimeError(f"gRPC cannot listen on {address} (ATTN_GRPC_PORT): {exc}") from exc
+        except RuntimeError:
+            from service.startup import StartupError  # one line, no traceback (service.startup)
+
+            raise StartupError(
+                f"cannot start: the gRPC port {address} cannot be bound: another process holds it, or it is not "
+                "allowed; choose another (--grpc-port / ATTN_GRPC_PORT, or ATTN_GRPC_ENABLED=false)"
+            ) from None
         await self._set_health(serving=False)
         await server.start()
         self.server, self.port, self.servicer = server, port, servicer

@@ -1,18 +1,24 @@
 """``python -m service serve`` live: graceful shutdown on SIGTERM, 504 on the wire, no version banner,
-refusal to start on unsafe settings, and metrics merged across worker processes.
+refusal to start on unsafe settings, metrics merged across worker processes, and a port another process holds
+(issue 27, item 9): one line that names the port and its flag and setting, exit 3, with one worker or several.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.e2e.conftest import free_port
 from tests.hardening.conftest import ROOT, SOFTMAX, metric_value, needs_promtool, promtool_check
 
 pytestmark = pytest.mark.slow  # each test starts a live server
@@ -117,3 +123,68 @@ def test_metrics_of_all_workers_are_merged(live_server, tmp_path: Path) -> None:
         promtool_check(text)
     server.terminate()
     assert server.proc.wait(30) == 0
+
+
+@contextmanager
+def held_port(*, reuseport: bool = False) -> Iterator[int]:
+    """A port this process listens on, as another server would hold it (``reuseport``: with ``SO_REUSEPORT``, as a
+    server with several workers holds its gRPC port).
+    """
+    with socket.socket() as sock:
+        if reuseport:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def serve(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``python -m service serve FLAGS`` with no ATTN_* port or worker variable; it must end by itself."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTN_", "PROMETHEUS_"))}
+    env |= {"ATTN_ENABLE_ONNX": "false", "ATTN_COST_CALIBRATION": "off", "ATTN_METRICS_DIR": str(tmp_path / "m")}
+    command = [sys.executable, "-m", "service", "serve", *flags]
+    try:
+        return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the server started on a port another process holds: {exc.stderr!r}") from None
+
+
+@pytest.mark.parametrize(("workers", "reuseport"), [(1, False), (2, False), (2, True)])
+def test_a_grpc_port_another_process_holds_is_one_line_and_exit_3(
+    tmp_path: Path, workers: int, reuseport: bool
+) -> None:
+    """A second instance (``make serve`` holds 8001): one line naming the port, ``--grpc-port`` and ``ATTN_GRPC_PORT``,
+    exit 3 as for a taken REST port; no traceback, no abort. A port held with SO_REUSEPORT is refused too (several
+    workers bind gRPC with it, and would silently share the other server's port).
+    """
+    with held_port(reuseport=reuseport) as grpc_port:
+        done = serve(tmp_path, "--workers", str(workers), "--port", str(free_port()), "--grpc-port", str(grpc_port))
+    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-3000:]
+    (line,) = done.stderr.strip().splitlines()  # one line, and nothing on stdout
+    assert f":{grpc_port} " in line and "--grpc-port" in line and "ATTN_GRPC_PORT" in line, line
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_a_rest_port_another_process_holds_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    with held_port() as port:
+        done = serve(tmp_path, "--port", str(port), "--grpc-port", "0")
+    assert done.returncode == 3, done.stderr[-3000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert f":{port} " in line and "--port" in line and "ATTN_PORT" in line, line
+
+
+def test_a_grpc_port_taken_once_the_app_starts_fails_it_with_one_line(tmp_path: Path) -> None:
+    """The port taken after serve's check (uvicorn's factory runs no check): the start fails on gRPC's own bind
+    with the same line, not a traceback (it was uvicorn's "Traceback ..." of the lifespan, JSON-escaped), and exit 3:
+    with the ONNX engine still building its sessions the process aborted (SIGABRT, 134) two times in three.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTN_", "PROMETHEUS_"))}
+    env |= {"ATTN_ENABLE_ONNX": "true", "ATTN_COST_CALIBRATION": "off"}
+    factory = ["-m", "uvicorn", "--factory", "service.asgi:create_app_from_env", "--port", str(free_port())]
+    with held_port() as grpc_port:
+        env["ATTN_GRPC_PORT"] = str(grpc_port)
+        done = subprocess.run([sys.executable, *factory], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    output = done.stdout + done.stderr
+    assert done.returncode == 3, output[-3000:]
+    assert f"cannot start: the gRPC port 127.0.0.1:{grpc_port} cannot be bound" in output, output[-3000:]
+    assert "--grpc-port / ATTN_GRPC_PORT" in output and "Traceback" not in output, output[-3000:]

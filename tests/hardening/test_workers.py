@@ -1,7 +1,9 @@
 """Several workers on a live server (issue 21, items 16 and 17): a metrics directory too small for the workers'
 files is refused at start with the reason (workers died of SIGBUS, silently, over and over); every worker's exit
 is logged with its cause; a replacement worker takes connections only once its engines are warm (it answered
-503 "engines are starting" beside a ready sibling).
+503 "engines are starting" beside a ready sibling). And ``serve --workers 2`` (issue 27, item 1): the flag reaches
+the workers as ``ATTN_WORKERS`` would (they read it from the environment, saw one worker and bound gRPC without port
+sharing: the second worker's bind failed and the supervisor stopped the server), and a killed worker is replaced.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.e2e.conftest import free_port
 from tests.hardening.conftest import ROOT
 
 INFER = "/v2/models/attention/infer"
@@ -140,3 +145,78 @@ def test_a_replacement_worker_takes_traffic_only_once_ready(live_server, tmp_pat
     refused = [s for s in statuses if isinstance(s, str)]
     assert not refused, refused[:3]
     assert statuses.count(200) >= 20
+
+
+def answers_both(url: str, grpc_target: str, tries: int = 6) -> bool:
+    """REST (a /v2 inference) and gRPC (a health check) answer ``tries`` times each, every time on a new connection
+    (the kernel spreads new connections over the workers).
+    """
+    try:
+        for _ in range(tries):
+            r = httpx.post(url + INFER, json=V2_ATTENTION, headers={"connection": "close"}, timeout=5)
+            with grpc.insecure_channel(grpc_target) as channel:
+                health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            if r.status_code != 200 or health.status != health_pb2.HealthCheckResponse.SERVING:
+                return False
+    except (httpx.TransportError, grpc.RpcError):
+        return False
+    return True
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, proc: subprocess.Popen[bytes]) -> float:
+    """Seconds until ``condition()`` holds (polled); fails when the server exits or the time is up."""
+    t0 = time.monotonic()
+    while not condition():
+        assert proc.poll() is None, f"the server exited with {proc.returncode}"
+        assert time.monotonic() - t0 < timeout_s, f"not within {timeout_s} s"
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+def logged(log_path: Path, *lines: str) -> Callable[[], bool]:
+    """A condition: the server's log holds each of ``lines``."""
+    return lambda: all(line in log_path.read_text() for line in lines)
+
+
+def test_the_workers_flag_serves_rest_and_grpc_and_replaces_a_killed_worker(tmp_path: Path) -> None:
+    """``serve --workers 2 --port P --grpc-port G`` with no ATTN_* port or worker variable: both workers warm up
+    before they take connections and serve gRPC on the shared port; the server stays up with no traffic (it stopped
+    itself after 2-12 s), and after SIGKILL of either worker REST and gRPC still answer and a replacement starts.
+    """
+    port, grpc_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTN_", "PROMETHEUS_"))}
+    env |= {"ATTN_ENABLE_ONNX": "false", "ATTN_COST_CALIBRATION": "off", "ATTN_METRICS_DIR": str(tmp_path / "m")}
+    flags = ["--workers", "2", "--port", str(port), "--grpc-port", str(grpc_port)]
+    url, target = f"http://127.0.0.1:{port}", f"127.0.0.1:{grpc_port}"
+    log_path = tmp_path / "server.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "service", "serve", *flags], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    t0 = time.monotonic()
+    try:
+        wait_for(lambda: answers_both(url, target, tries=1), 60, proc)
+        pids = worker_pids(proc.pid)
+        assert len(pids) == 2, pids
+        while time.monotonic() - t0 < 15:  # no traffic
+            assert proc.poll() is None, f"the server stopped itself ({proc.returncode}):\n{log_path.read_text()}"
+            time.sleep(0.25)
+        log_text = log_path.read_text()
+        assert worker_pids(proc.pid) == pids and "in its place" not in log_text, log_text[-3000:]
+        for pid in pids:  # each worker warmed its engines before it took connections
+            assert f"worker {pid}: engines started; taking connections" in log_text, log_text[-3000:]
+        assert answers_both(url, target)
+        for victim in sorted(pids):
+            os.kill(victim, signal.SIGKILL)
+            took = wait_for(lambda: answers_both(url, target), 5, proc)
+            print(f"worker {victim} killed: REST and gRPC answered again after {took:.2f} s")
+            wait_for(logged(log_path, f"worker process {victim} was killed by signal SIGKILL"), 30, proc)
+            replacements = worker_pids(proc.pid) - pids
+            assert replacements, log_path.read_text()[-3000:]
+            wait_for(logged(log_path, *(f"worker {r}: engines started" for r in replacements)), 30, proc)
+            assert answers_both(url, target)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log_path.read_text()[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
