@@ -21,8 +21,8 @@
 #                   made here with debootstrap because no registry is reachable)
 #   IMAGE           tag to build (default localhost/attention-service:dev)
 #   SMOKE_NAME      container name (default attn-smoke-PID, unique per run)
-#   SMOKE_PORT      host port for the smoke run (default 18080; --network host)
-#   SMOKE_GRPC_PORT host port of its gRPC front end (default 18081)
+#   SMOKE_PORT      host port for the smoke run (default: a free one; --network host)
+#   SMOKE_GRPC_PORT host port of its gRPC front end (default: a free one)
 #   DEBIAN_MIRROR   debootstrap mirror (default: the first URIs: of the apt sources)
 #   STOP_LIMIT_S    the longest `podman stop` may take to pass (default 10)
 #   BUILD_CA_BUNDLE host CA bundle mounted over the build's
@@ -43,8 +43,10 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 SCRATCH=${PODMAN_SCRATCH:-/tmp/podman-attn}
 BASE_IMAGE=${BASE_IMAGE:-localhost/debian-bookworm-py:base}
 IMAGE=${IMAGE:-localhost/attention-service:dev}
-PORT=${SMOKE_PORT:-18080}
-GRPC_PORT=${SMOKE_GRPC_PORT:-18081}
+# Free ports unless given: a fixed one may be another server's (`make serve`, another run of this script).
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+PORT=${SMOKE_PORT:-$(free_port)}
+GRPC_PORT=${SMOKE_GRPC_PORT:-$(free_port)}
 STOP_LIMIT_S=${STOP_LIMIT_S:-10}
 STEPS=${SMOKE_STEPS:-base build run}
 WORKERS=${SMOKE_WORKERS:-1}
@@ -186,9 +188,14 @@ if want run; then
 
     # /v1 (numpy and onnx engines), /v2 and gRPC answers equal to the in-process engine's.
     t1=$(now)
+    compared=0
     SMOKE_API_KEY="$API_KEY" SMOKE_GRPC_TARGET="127.0.0.1:$GRPC_PORT" \
-        "$PYTHON" "$REPO/deploy/podman/compare_with_engine.py" "$URL" >&2 \
-        || die "the container's answers differ from the in-process engine (see above)"
+        "$PYTHON" "$REPO/deploy/podman/compare_with_engine.py" "$URL" >&2 || compared=$?
+    case $compared in
+        0) ;;
+        1) die "the container's answers differ from the in-process engine, or it did not answer (see above)" ;;
+        *) die "the comparison with the in-process engine did not run (exit $compared; see above)" ;;
+    esac
     log "/v1, /v2 and gRPC answers match the in-process engine ($(since "$t1") s)"
 
     code=$(curl -s -o "$SCRATCH/metrics.txt" -w '%{http_code}' "$URL/metrics")

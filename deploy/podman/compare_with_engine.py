@@ -8,11 +8,15 @@ The same requests go through the app built in this process (numpy engine,
 match within float32 tolerance, for ``engine=numpy`` and ``engine=onnx`` on
 ``/v1/attention``, for ``/v2/models/attention/infer`` and for the same
 inference over gRPC (``inference.GRPCInferenceService/ModelInfer``, this
-repository's stubs). Exits 1 with the first difference.
+repository's stubs). Exits 1 with the first difference (or an answer that is not
+200), 2 when the comparison could not run (the in-process app failed to start).
+The in-process app serves no gRPC: it listens on no port, so a server on this
+machine (``make serve`` holds 8001) cannot stop the comparison.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -98,36 +102,47 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     url, key = argv[0].rstrip("/"), os.environ.get("SMOKE_API_KEY", "")
-    with TestClient(create_app(Settings(enable_onnx=False, api_keys=None))) as local:
-        for label, path, body in requests():
-            status, remote = post(url, path, body, key)
-            if status != 200:
-                print(f"FAIL {label}: the container answered {status}: {remote}", file=sys.stderr)
+    with contextlib.ExitStack() as stack:
+        try:  # the settings (ATTN_* from the environment) and the app's start-up
+            app = create_app(Settings(enable_onnx=False, api_keys=None, grpc_enabled=False))
+            local = stack.enter_context(TestClient(app))
+        except Exception as exc:
+            print(f"ERROR: the comparison did not run: the in-process app failed to start: {exc}", file=sys.stderr)
+            return 2
+        return compare(url, key, local)
+
+
+def compare(url: str, key: str, local: TestClient) -> int:
+    """0 when every answer of the service at ``url`` equals the in-process app's, else 1 with the first difference."""
+    for label, path, body in requests():
+        status, remote = post(url, path, body, key)
+        if status != 200:
+            print(f"FAIL {label}: the container answered {status}: {remote}", file=sys.stderr)
+            return 1
+        local_body = dict(body)
+        if path.startswith("/v1"):
+            local_body["engine"] = "numpy"
+        expected = local.post(path, json=local_body)
+        assert expected.status_code == 200, expected.text
+        want, got = outputs(expected.json()), outputs(remote)
+        if set(want) != set(got) or not want:
+            print(f"FAIL {label}: outputs {sorted(got)}, expected {sorted(want)}", file=sys.stderr)
+            return 1
+        for name in want:
+            if want[name].shape != got[name].shape or not np.allclose(got[name], want[name], RTOL, ATOL):
+                diff = np.max(np.abs(got[name] - want[name])) if want[name].shape == got[name].shape else "shape"
+                print(f"FAIL {label}: {name} differs from the in-process engine ({diff})", file=sys.stderr)
                 return 1
-            local_body = dict(body)
-            if path.startswith("/v1"):
-                local_body["engine"] = "numpy"
-            expected = local.post(path, json=local_body)
-            assert expected.status_code == 200, expected.text
-            want, got = outputs(expected.json()), outputs(remote)
-            if set(want) != set(got) or not want:
-                print(f"FAIL {label}: outputs {sorted(got)}, expected {sorted(want)}", file=sys.stderr)
+        engine = remote.get("engine") or remote.get("parameters", {}).get("engine")
+        engine = engine.get("name") if isinstance(engine, dict) else engine
+        print(f"{label}: 200, {', '.join(sorted(want))} equal to the in-process numpy engine (ran on {engine})")
+        target = os.environ.get("SMOKE_GRPC_TARGET")
+        if target and path.startswith("/v2"):
+            got = grpc_outputs(target, body, key)
+            if set(got) != set(want) or not all(np.allclose(got[n], want[n], RTOL, ATOL) for n in want):
+                print(f"FAIL {label} over gRPC: outputs differ from the in-process engine", file=sys.stderr)
                 return 1
-            for name in want:
-                if want[name].shape != got[name].shape or not np.allclose(got[name], want[name], RTOL, ATOL):
-                    diff = np.max(np.abs(got[name] - want[name])) if want[name].shape == got[name].shape else "shape"
-                    print(f"FAIL {label}: {name} differs from the in-process engine ({diff})", file=sys.stderr)
-                    return 1
-            engine = remote.get("engine") or remote.get("parameters", {}).get("engine")
-            engine = engine.get("name") if isinstance(engine, dict) else engine
-            print(f"{label}: 200, {', '.join(sorted(want))} equal to the in-process numpy engine (ran on {engine})")
-            target = os.environ.get("SMOKE_GRPC_TARGET")
-            if target and path.startswith("/v2"):
-                got = grpc_outputs(target, body, key)
-                if set(got) != set(want) or not all(np.allclose(got[n], want[n], RTOL, ATOL) for n in want):
-                    print(f"FAIL {label} over gRPC: outputs differ from the in-process engine", file=sys.stderr)
-                    return 1
-                print(f"{label} over gRPC ({target}): {', '.join(sorted(want))} equal to the in-process numpy engine")
+            print(f"{label} over gRPC ({target}): {', '.join(sorted(want))} equal to the in-process numpy engine")
     return 0
 
 

@@ -133,12 +133,12 @@ def test_wheel_installed_in_a_fresh_venv_serves_onnx_and_its_command_line_works(
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert needs in done.stderr and "Traceback" not in done.stderr
 
-    env |= {"ATTN_PORT": str(port), "ATTN_LOG_LEVEL": "warning"}
+    # Free ports by the flags (both: gRPC's default, 8001, may be another server's, as `make serve`'s).
+    env["ATTN_LOG_LEVEL"] = "warning"
+    serve = [str(python), "-m", "service", "serve", "--port", str(port), "--grpc-port", str(free_port())]
     log = tmp_path / "server.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(python), "-m", "service", "serve"], cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT
-        )
+        proc = subprocess.Popen(serve, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
         deadline, status, body = time.monotonic() + READY_TIMEOUT_S, 0, {}
