@@ -23,7 +23,7 @@ from fastapi import FastAPI
 
 from service.dataplane import DataPlane
 from service.dataplane.models import MODELS
-from service.dataplane.runtime import freeze_startup_heap
+from service.dataplane.runtime import Runtime, freeze_startup_heap
 from service.engines.base import Engine
 from service.engines.numpy_engine import NumpyEngine
 from service.http.app import build_app
@@ -118,11 +118,12 @@ def create_app(
             runtime.close_engines()
             metrics.close()
             raise
-        stopping = stop_grpc_on_signals(grpc_server, settings.shutdown_grace_s)
+        stopping = stop_on_signals(runtime, grpc_server, settings.shutdown_grace_s)
         try:
             # The server's connection protocol reads this (uvicorn hands the lifespan's state to it).
             yield {"attn.connection_refused": lambda: metrics.refused("connections")}
         finally:
+            runtime.begin_stopping()
             if grpc_server is not None:
                 await (stopping[0] if stopping else grpc_server.stop(settings.shutdown_grace_s))
             runtime.close_engines()
@@ -140,24 +141,26 @@ async def start_grpc(plane: DataPlane, metrics: ServiceMetrics) -> GrpcServer:
     return server
 
 
-def stop_grpc_on_signals(server: GrpcServer | None, grace_s: float) -> list[asyncio.Task[None]]:
-    """Begin gRPC's graceful stop as soon as SIGTERM or SIGINT arrives, while uvicorn drains REST: each signal
-    first goes to the handler uvicorn installed (which restores the originals when it exits). Returns a list
-    that holds the stopping task once it runs.
+def stop_on_signals(runtime: Runtime, server: GrpcServer | None, grace_s: float) -> list[asyncio.Task[None]]:
+    """On SIGTERM or SIGINT: readiness says not ready at once, for both protocols (one flag, set in the handler
+    itself), and gRPC's graceful stop begins while uvicorn drains REST. Each signal then goes to the handler
+    uvicorn installed (which restores the originals when it exits). Returns a list that holds gRPC's stopping
+    task once it runs.
     """
     stopping: list[asyncio.Task[None]] = []
-    if server is None or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
         return stopping  # signals reach the main thread only (an in-process test client runs elsewhere)
     loop = asyncio.get_running_loop()
 
     def begin() -> None:
-        if not stopping:
+        if server is not None and not stopping:
             stopping.append(loop.create_task(server.stop(grace_s), name="grpc-stop"))
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         previous = signal.getsignal(sig)
 
         def handler(signum: int, frame: Any, previous: Any = previous) -> None:
+            runtime.begin_stopping()
             if callable(previous):
                 previous(signum, frame)
             loop.call_soon_threadsafe(begin)

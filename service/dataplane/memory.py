@@ -163,6 +163,15 @@ class MemoryLease:
         self.budget.acquire(nbytes, wait=self.wait)
         self.held += nbytes
 
+    def settle(self, nbytes: int) -> None:
+        """Hold exactly ``nbytes`` where more was reserved for what was not yet known (a gRPC message reserves the
+        largest a message may be while it arrives, then its size): the surplus goes back at once.
+        """
+        surplus = self.held - max(0, int(nbytes))
+        if surplus > 0 and self.budget is not None:
+            self.budget.release(surplus)
+            self.held -= surplus
+
     def release(self) -> None:
         if self.budget is not None:
             self.budget.release(self.held)

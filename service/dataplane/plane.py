@@ -61,6 +61,15 @@ class DataPlane:
             observer=observer,
         )
         self.api_keys = ApiKeys([key.get_secret_value() for key in s.api_keys]) if s.api_keys else None
+        self.auth_exempt = frozenset(s.auth_exempt_paths)
+        """REST paths and gRPC methods (``/package.Service/Method``) served without a key (probes, scrapes)."""
+
+    def needs_key(self, path: str) -> bool:
+        """Whether a request for ``path`` (a REST path or a gRPC method's full name) must present an API key:
+        keys are configured and the path is not exempt (``ATTN_AUTH_EXEMPT_PATHS``). One rule for both front
+        ends, applied before any of a request's body or message is read.
+        """
+        return self.api_keys is not None and path not in self.auth_exempt
 
     def ready_model(self, name: str, version: str | None = None) -> Model:
         """The model ``name``, ready to serve: ``NOT_FOUND`` for an unknown model or version, ``UNAVAILABLE``

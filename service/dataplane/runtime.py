@@ -1,4 +1,12 @@
-"""The engines of one process: their start-up (in a worker thread, beside the server) and readiness."""
+"""The engines of one process: their start-up (in a worker thread, beside the server) and readiness.
+
+Readiness is one state that every probe reads alike (REST ``/readyz`` and ``/v2/health/ready``, gRPC
+``ServerReady``, ``ModelReady`` and ``grpc.health.v1.Health``): ready once the engines' start-up is over and
+every required engine is ready, not ready again from the moment the server begins to stop
+(:meth:`Runtime.begin_stopping`, called from the SIGTERM or SIGINT handler itself). The two events that change
+it call the listeners (:meth:`Runtime.on_change`), so that a ``Watch`` stream hears of each change as it
+happens, not at the next poll.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +14,7 @@ import gc
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +58,28 @@ class Runtime:
     startup_error: str | None = None
     _start_errors: dict[str, str] = field(default_factory=dict)
     """Engines whose ``start`` raised, with the reason fit for clients."""
+    stopping: bool = False
+    """The server has begun to stop (SIGTERM or SIGINT): not ready, whatever the engines."""
+    _listeners: list[Callable[[], None]] = field(default_factory=list)
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (from any thread, so it must only schedule work) whenever readiness may change."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:  # a listener whose loop has closed must not stop the others
+                logger.debug("a readiness listener failed", exc_info=True)
+
+    def begin_stopping(self) -> None:
+        """The server stops: from now on every probe says not ready (safe in a signal handler: a flag and calls
+        that schedule work).
+        """
+        if not self.stopping:
+            self.stopping = True
+            self._changed()
 
     @property
     def required_engines(self) -> frozenset[str]:
@@ -106,6 +137,7 @@ class Runtime:
             )
         self.startup_error = "; ".join(errors) or None
         self.startup_done.set()
+        self._changed()
 
     def _log_failure(self, name: str, detail: str, *, exc_info: bool = False) -> None:
         others = ", ".join(n for n in self.engines if n != name) or "none"
@@ -145,10 +177,11 @@ class Runtime:
         failed = self.failed_engines() if self.startup_done.is_set() else {}
         required = self.required_engines
         blocking = [n for n, ok in engines.items() if not ok and (n in required or n not in failed)]
-        ready = self.startup_done.is_set() and not blocking
+        ready = self.startup_done.is_set() and not blocking and not self.stopping
         details: dict[str, Any] = {
             "ready": ready,
             "starting": not self.startup_done.is_set(),
+            "stopping": self.stopping,
             "degraded": ready and bool(failed),
             "engines": engines,
             "required": sorted(n for n in required if n in engines),
@@ -161,11 +194,13 @@ class Runtime:
 
     def not_ready_reason(self) -> str | None:
         """Why the server is not ready (a sentence for clients), or None when it is."""
-        if self.startup_done.is_set() and all(engine.ready for engine in self.engines.values()):
+        if self.startup_done.is_set() and not self.stopping and all(engine.ready for engine in self.engines.values()):
             return None  # the usual case, checked on every inference request without building the details
         ready, details = self.readiness()
         if ready:
             return None
+        if self.stopping:
+            return "the server is stopping"
         if details.get("starting"):
             return "the engines are starting"
         waiting = [name for name, ok in details.get("engines", {}).items() if not ok]

@@ -218,7 +218,13 @@ RESPONSE_EXAMPLES: dict[str, Any] = {
     "sample": SAMPLE_RESPONSE,
     "calibrate": CALIBRATE_RESPONSE,
     "healthz": {"status": "ok", "version": "0.1.0", "uptime_s": 12.5},
-    "readyz": {"ready": True, "starting": False, "engines": {"numpy": True, "onnx": True}, "status": "ready"},
+    "readyz": {
+        "ready": True,
+        "starting": False,
+        "stopping": False,
+        "engines": {"numpy": True, "onnx": True},
+        "status": "ready",
+    },
     "engines": ENGINES_RESPONSE,
     "models": {"models": [], "detail": "the ONNX engine is disabled"},
     "server_metadata": {

@@ -50,7 +50,6 @@ def install_edge(app: FastAPI, plane: DataPlane, metrics: ServiceMetrics, settin
             debug_delay_s=settings.debug_delay_s,
             retry_after_s=settings.retry_after_s,
         ),
-        auth_exempt=settings.auth_exempt_paths,
         public_pages=settings.pages_public,
         cors=cors,
     )

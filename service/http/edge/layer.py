@@ -9,8 +9,10 @@ Starlette's, between the context part (outside: so preflights and refusals are
 logged, counted and carry the security headers) and the guards (inside: so
 preflights pass without a key and 401/413/503 still carry the CORS headers).
 
-Order of the guards (:meth:`ServiceMiddleware._guarded`): API key (401; the
-pages that hold no data are public unless ATTN_PAGES_PUBLIC=false), declared
+Order of the guards (:meth:`ServiceMiddleware._guarded`): API key (401, unless
+the data plane exempts the path: ATTN_AUTH_EXEMPT_PATHS, the same rule gRPC's
+probes follow; the pages that hold no data are public unless
+ATTN_PAGES_PUBLIC=false), declared
 body size (413), admission by expected wait (503, decided from the headers
 before any of the body is read), the body's declared length reserved on the
 memory budget (503 when the bodies' share is full: the data plane's share,
@@ -32,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import ClientDisconnect
@@ -84,7 +86,6 @@ class ServiceMiddleware:
         plane: DataPlane,
         metrics: ServiceMetrics,
         limits: Limits,
-        auth_exempt: Collection[str] = (),
         public_pages: bool = True,
         cors: dict[str, Any] | None = None,
     ) -> None:
@@ -94,7 +95,6 @@ class ServiceMiddleware:
         self.admission = plane.admission
         self.limits = limits
         self.keys = plane.api_keys
-        self.auth_exempt = frozenset(auth_exempt)
         self.public_pages = public_pages
         self.route_template = RouteTemplates()
         self.body_share = plane.body_share  # the data plane's: gRPC messages hold the same share
@@ -159,13 +159,9 @@ class ServiceMiddleware:
         """Auth, declared size, admission and the deadline around the app."""
         exchange: Exchange = scope["attn.exchange"]
         path = exchange.path
-        if (
-            self.keys is not None
-            and path not in self.auth_exempt
-            and not (self.public_pages and is_page(scope["method"], path))
-        ):
+        if self.plane.needs_key(path) and not (self.public_pages and is_page(scope["method"], path)):
             key = exchange.presented_key()
-            if key is None or not self.keys.accepts(key):
+            if key is None or self.keys is None or not self.keys.accepts(key):
                 await self._unauthorized(scope, receive, send, key)
                 return
         if exchange.declared_length > self.limits.max_body_bytes:
