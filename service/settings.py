@@ -138,7 +138,9 @@ class Settings(ComputeSettings):
     )
     # gRPC (the Open Inference Protocol's gRPC form, beside REST in the same process; service/grpc)
     grpc_enabled: bool = Field(True, description="Serve gRPC (inference.GRPCInferenceService) beside REST.")
-    grpc_port: int = Field(8001, ge=0, le=65535, description="gRPC port, on ATTN_HOST (Triton's default, 8001).")
+    grpc_port: int = Field(
+        8001, ge=0, le=65535, description="gRPC port, on ATTN_HOST (Triton's default, 8001; serve's --grpc-port)."
+    )
     grpc_keepalive_time_s: float = Field(
         60.0, gt=0, description="Ping a client whose connection has been quiet this long (HTTP/2 keepalive)."
     )
@@ -162,17 +164,53 @@ class Settings(ComputeSettings):
     grpc_max_concurrent_rpcs: int = Field(
         256,
         ge=0,
-        description="Calls gRPC serves at once, health checks, reflection and Watch streams included; a call past "
-        "it is refused RESOURCE_EXHAUSTED by gRPC before its message is read. A message is received in full before "
-        "it reaches the memory budget, so this times ATTN_MAX_BODY_BYTES bounds what a flood of large messages can "
-        "hold. 0: no limit.",
+        le=65536,
+        description="Inference calls (ModelInfer, ModelMetadata, ModelReady, ServerMetadata) served at once per worker "
+        "process; past it a call is refused RESOURCE_EXHAUSTED with retry-after before its message is read (0: no "
+        "limit). Probes and long-lived streams have caps of their own, so neither class can shut the other out.",
+    )
+    grpc_max_concurrent_probes: int = Field(
+        64,
+        ge=1,
+        le=65536,
+        description="Probe calls (grpc.health.v1.Health/Check, ServerLive, ServerReady) served at once per worker "
+        "process; past it RESOURCE_EXHAUSTED with retry-after. A probe answers in well under a millisecond once "
+        "its message is in, and its message must arrive within one second.",
+    )
+    grpc_max_concurrent_streams: int = Field(
+        32,
+        ge=1,
+        le=65536,
+        description="Long-lived streams (health Watch, server reflection) open at once per worker process; past it "
+        "RESOURCE_EXHAUSTED with retry-after.",
+    )
+    grpc_max_streams_per_connection: int = Field(
+        100,
+        ge=1,
+        le=65536,
+        description="Calls of one connection served at once per worker process (100: the most concurrent streams "
+        "HTTP/2 asks a peer to allow at least); past it RESOURCE_EXHAUSTED with retry-after, before the message is "
+        "read.",
     )
     api_keys: Annotated[list[SecretStr] | None, NoDecode] = Field(
         None, description="API keys; unset: no authentication. Each >= 16 characters."
     )
     auth_exempt_paths: Annotated[list[str], NoDecode] = Field(
-        ["/healthz", "/readyz", "/metrics", "/v2/health/live", "/v2/health/ready"],
-        description="Paths served without an API key (probes and scrapes).",
+        [
+            "/healthz",
+            "/readyz",
+            "/metrics",
+            "/v2/health/live",
+            "/v2/health/ready",
+            "/inference.GRPCInferenceService/ServerLive",
+            "/inference.GRPCInferenceService/ServerReady",
+            "/grpc.health.v1.Health/Check",
+            "/grpc.health.v1.Health/Watch",
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        ],
+        description="REST paths and gRPC methods (/package.Service/Method) served without an API key: the probes "
+        "of both protocols, the metrics scrape and server reflection (none holds data). Remove one to require a "
+        "key for it.",
     )
     pages_public: bool = Field(
         True,
@@ -193,7 +231,7 @@ class Settings(ComputeSettings):
     log_format: Literal["json", "text"] = Field(
         "json",
         description="Log lines as JSON objects or plain text (control characters escaped as \\xHH, one line per "
-        "record).",
+        "record; a value with a space, '=' or '\"' quoted as logfmt does).",
     )
     tracing: bool = Field(
         False,

@@ -1,19 +1,27 @@
-"""What every call of the inference service goes through: the API key, the request id, the error status, the
-metrics and the access log line.
+"""What every call goes through (the inference service's, health checking's and reflection's): its class's cap,
+the server stopping, the API key (read from the metadata before any of the message), the request id, the error
+status, the metrics and the access log line.
 
-=========================================  ====================  ==================================
-refusal                                    gRPC status           REST
-=========================================  ====================  ==================================
-invalid request (names the field)          INVALID_ARGUMENT      400 (/v2), 422 (/v1)
-unknown model or version                   NOT_FOUND             404
-over a size, work or memory limit          RESOURCE_EXHAUSTED    413
-busy, not ready, stopping (retry-after)    UNAVAILABLE           503
-the deadline passed, or cannot be met      DEADLINE_EXCEEDED     504
-missing or wrong API key                   UNAUTHENTICATED       401
-=========================================  ====================  ==================================
+==============================================  ====================  ==================================
+refusal                                         gRPC status           REST
+==============================================  ====================  ==================================
+invalid request, undecodable message            INVALID_ARGUMENT      400 (/v2), 422 (/v1)
+unknown model or version                        NOT_FOUND             404
+over a size, work or memory limit               RESOURCE_EXHAUSTED    413
+its class's calls at their cap (retry-after)    RESOURCE_EXHAUSTED    503
+busy, not ready, stopping (retry-after)         UNAVAILABLE           503
+the deadline passed, or cannot be met           DEADLINE_EXCEEDED     504
+the message did not arrive in time              DEADLINE_EXCEEDED     408
+missing or wrong API key                        UNAUTHENTICATED       401
+the client cancelled, or went away              CANCELLED             499 (logged)
+==============================================  ====================  ==================================
 
 "Busy": no room in admission, or in the memory share that request bodies and messages hold. A status other
 than these is a bug: INTERNAL, with the request id to quote, and the traceback in the log.
+
+**Stopping**: from the moment the server begins to stop, an inference call that arrives is answered
+``UNAVAILABLE`` with ``retry-after`` before its message is read (counted as the refusal ``stopping``); probes
+answer, not ready.
 
 **Stopping**: :meth:`Calls.end_in_flight` waits for the calls in flight for up to the shutdown grace
 (``ATTN_SHUTDOWN_GRACE_S``); those still running then are cancelled and answered ``UNAVAILABLE``, with a
@@ -35,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import grpc
+from google.protobuf.message import Message as Protobuf
 from grpc import aio
 
 from service.dataplane.auth import MISSING_KEY, WRONG_KEY, ApiKeys, presented_key
@@ -47,6 +56,9 @@ from service.dataplane.errors import (
     phrased,
     unavailable,
 )
+from service.dataplane.models import MODELS
+from service.dataplane.runtime import Runtime
+from service.grpc.guard import INFERENCE, CallClass, Caps, Message, MessageTimeout, Reading
 from service.observability.logs import REQUEST_ID
 from service.observability.metrics import ServiceMetrics
 
@@ -60,6 +72,7 @@ STATUS = {
     Kind.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
+STOPPING_MESSAGE = "the server is stopping and takes no new call; retry it (another instance will answer)"
 SHUTDOWN_MESSAGE = (
     "the server is shutting down and its grace period for calls in flight (ATTN_SHUTDOWN_GRACE_S) ended before "
     "this one was answered; retry it"
@@ -72,6 +85,14 @@ logger = logging.getLogger("service.errors")
 limits_logger = logging.getLogger("service.limits")
 
 T = TypeVar("T")
+Handler = Callable[[Message[Any], aio.ServicerContext], Awaitable[Any]]
+"""A method's work: its unread message and the call's context in, the answer out (None: a stream that writes)."""
+
+
+def model_label(request: Any) -> str:
+    """The model a request names, as a metrics label (``other`` for a name the server does not have)."""
+    name = getattr(request, "model_name", None) or getattr(request, "name", "")
+    return name if name in MODELS else ("other" if name else "")
 
 
 class Refused(Exception):
@@ -115,11 +136,24 @@ async def abort(context: aio.ServicerContext, error: ServiceError, rid: str) -> 
 
 
 class Calls:
-    """Serves each call of the inference service with what every call needs (module docstring)."""
+    """Serves each call with what every call needs (module docstring)."""
 
-    def __init__(self, keys: ApiKeys | None, metrics: ServiceMetrics, *, retry_after_s: int = 1) -> None:
+    def __init__(
+        self,
+        keys: ApiKeys | None,
+        metrics: ServiceMetrics,
+        *,
+        caps: Caps,
+        runtime: Runtime,
+        exempt: frozenset[str] = frozenset(),
+        retry_after_s: int = 1,
+    ) -> None:
         self.keys = keys
         self.metrics = metrics
+        self.caps = caps
+        self.runtime = runtime
+        self.exempt = exempt
+        """Full method names served without a key (``ATTN_AUTH_EXEMPT_PATHS``)."""
         self.retry_after_s = retry_after_s
         self._running: set[asyncio.Task[Any]] = set()
         """The tasks of the calls in flight (gRPC runs each call in a task of its own)."""
@@ -127,6 +161,35 @@ class Calls:
         """Those cancelled by :meth:`end_in_flight`."""
         self._idle = asyncio.Event()
         self._idle.set()
+
+    def handler(
+        self,
+        route: str,
+        cls: CallClass,
+        request: type[Protobuf],
+        response: type[Protobuf],
+        reading: Reading,
+        fn: Handler,
+        *,
+        streaming: bool = False,
+    ) -> grpc.RpcMethodHandler:
+        """The method ``route`` served as a client-streaming one (server-streaming too with ``streaming``), so that
+        its handler runs before its message is read (:mod:`service.grpc.guard`): through :meth:`serve`, then
+        ``fn`` with the unread message.
+        """
+
+        async def behavior(requests: Any, context: aio.ServicerContext) -> Any:
+            message: Message[Any] = Message(context, request.FromString, reading)
+            work = lambda: fn(message, context)  # noqa: E731
+            return await self.serve(route, cls, work, context, lambda: model_label(message.value))
+
+        if streaming:
+            return grpc.stream_stream_rpc_method_handler(
+                behavior, request_deserializer=None, response_serializer=response.SerializeToString
+            )
+        return grpc.stream_unary_rpc_method_handler(
+            behavior, request_deserializer=None, response_serializer=response.SerializeToString
+        )
 
     async def end_in_flight(self, grace_s: float) -> None:
         """Let the calls in flight run for up to ``grace_s``, then end those still running with ``UNAVAILABLE``
@@ -144,9 +207,18 @@ class Calls:
             async with asyncio.timeout(END_WAIT_S):
                 await self._idle.wait()
 
-    async def serve(self, method: str, model: str, work: Callable[[], Awaitable[T]], context: aio.ServicerContext) -> T:
-        """Check the key, then run ``work`` as the call ``method`` (of the model ``model``, a metrics label)."""
-        route = f"/{SERVICE}/{method}"
+    async def serve(
+        self,
+        route: str,
+        cls: CallClass,
+        work: Callable[[], Awaitable[T]],
+        context: aio.ServicerContext,
+        model: Callable[[], str] = str,
+    ) -> T:
+        """Run ``work`` as the call ``route`` (``/package.Service/Method``, of the class ``cls``) once its class has
+        room, the server is not stopping and the key checked; ``model``: the model the call named, once its
+        message is read (a metrics label).
+        """
         t0 = time.perf_counter()
         metadata = {key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)}
         rid = request_id(metadata)
@@ -159,8 +231,20 @@ class Calls:
         try:
             # In the trailing metadata, sent with the status: initial metadata sent on its own cost 0.11 ms a call.
             context.set_trailing_metadata((("x-request-id", rid),))
-            check_key(self.keys, metadata)
-            return await work()
+            if self.runtime.stopping and cls is INFERENCE:  # probes still answer: NOT_SERVING, ready false
+                self.metrics.refused("stopping")
+                raise unavailable(STOPPING_MESSAGE, self.retry_after_s)
+            if route not in self.exempt:
+                check_key(self.keys, metadata)
+            try:
+                with self.caps.slot(cls, context.peer(), self.retry_after_s):
+                    return await work()
+            except ServiceError as exc:
+                if exc.kind is Kind.TOO_LARGE and exc.retry_after_s is not None:
+                    self.metrics.refused("grpc_calls")
+                elif isinstance(exc, MessageTimeout):
+                    self.metrics.refused("message_timeout")
+                raise
         except Refused as exc:
             code = exc.code
             self.metrics.refused("unauthorized")
@@ -196,7 +280,7 @@ class Calls:
                 self._ended.discard(task)
                 if not self._running:
                     self._idle.set()
-            self._record(route, model, code, time.perf_counter() - t0, rid)
+            self._record(route, model(), code, time.perf_counter() - t0, rid)
             REQUEST_ID.reset(token)
 
     def _record(self, route: str, model: str, code: grpc.StatusCode, seconds: float, rid: str) -> None:

@@ -7,10 +7,14 @@ the REST server's process and event loop (:func:`service.app.create_app` starts 
 - **Keepalive**: the server pings quiet connections (``ATTN_GRPC_KEEPALIVE_TIME_S``), closes idle ones
   (``ATTN_GRPC_MAX_CONNECTION_IDLE_S``) and, when set, old ones (``ATTN_GRPC_MAX_CONNECTION_AGE_S``), and
   refuses clients that ping more often than ``ATTN_GRPC_MIN_CLIENT_PING_INTERVAL_S``.
-- **Health** (``grpc.health.v1.Health``): SERVING for the empty service name and for
-  ``inference.GRPCInferenceService`` once the engines are ready (what /readyz says), NOT_SERVING before and
-  while stopping; ``Watch`` streams each change. Health and reflection need no API key (probes carry none,
-  and neither holds data).
+- **Before a message is read** (:mod:`service.grpc.guard`): every call passes its class's cap (inference,
+  probes, long-lived streams: none can shut the others out), the key check and, for ``ModelInfer``,
+  admission; its message then arrives under a deadline and, for ``ModelInfer``, on the memory budget. One
+  connection has at most ``ATTN_GRPC_MAX_STREAMS_PER_CONNECTION`` calls served at once, and gRPC's adaptive
+  flow control window is off, so an unread message holds at most 64 KiB.
+- **Health** (``grpc.health.v1.Health``, :mod:`service.grpc.health`): the data plane's one readiness, as
+  /readyz reads it. Health, ``ServerLive``, ``ServerReady`` and reflection need no API key by default
+  (``ATTN_AUTH_EXEMPT_PATHS``: probes carry none, and none holds data).
 - **Several workers** (``--workers N``): each worker process serves gRPC on the same port
   (``SO_REUSEPORT``: the kernel spreads connections), as uvicorn spreads HTTP connections.
 - **Stopping**: on SIGTERM the server takes no new call and gives the calls in flight up to
@@ -19,30 +23,30 @@ the REST server's process and event loop (:func:`service.app.create_app` starts 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
+import grpc
 from google.protobuf import descriptor_pool
 from grpc import aio
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1.health import aio as health_aio
+from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2
+from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from service.dataplane.plane import DataPlane
-from service.grpc.calls import END_WAIT_S, SERVICE
+from service.grpc.calls import END_WAIT_S, SERVICE, Calls
 from service.grpc.generated import inference_pb2 as pb
-from service.grpc.generated import inference_pb2_grpc as pb_grpc
+from service.grpc.guard import INFERENCE, PROBES, STREAMS, Caps, Reading
+from service.grpc.health import HEALTH_SERVICE, Health, Reflection
 from service.grpc.service import InferenceService
 from service.observability.metrics import ServiceMetrics
 from service.settings import Settings
 
 logger = logging.getLogger("service")
 
-REFLECTED = (SERVICE, "grpc.health.v1.Health", reflection.SERVICE_NAME)
-READINESS_POLL_S = 0.25
-"""How often health follows readiness while the engines start."""
-HEALTH_NAMES = ("", SERVICE)
+REFLECTED = (SERVICE, HEALTH_SERVICE, reflection.SERVICE_NAME)
+PENDING_CALLS = 8192
+"""Calls gRPC core may hold before a handler starts (each holds its headers and at most a 64 KiB window)."""
 
 
 def reflection_pool() -> descriptor_pool.DescriptorPool:
@@ -68,6 +72,16 @@ def server_options(settings: Settings) -> list[tuple[str, Any]]:
         ("grpc.http2.max_ping_strikes", 2),
         ("grpc.max_connection_idle_ms", int(s.grpc_max_connection_idle_s * 1000)),
         ("grpc.so_reuseport", 1 if s.workers > 1 else 0),
+        # An unread message waits in HTTP/2 flow control: with BDP probing on, gRPC grows a stream's window
+        # ahead of the reads (20 unread 30 MB messages held 353 MB); off, each holds at most its 64 KiB window
+        # (measured: 33 MB for the same 20), and a message being read still arrives at full speed.
+        ("grpc.http2.bdp_probe", 0),
+        # gRPC core keeps the calls that arrive faster than the handlers start in a queue, and past 1,000 (3,000
+        # at most) cancels them: a burst of 3,000 tiny calls on one connection got 689 CANCELLED, which clients
+        # read as their own cancel. With room for PENDING_CALLS, a burst reaches the caps instead, and a call
+        # past them is refused RESOURCE_EXHAUSTED with retry-after before its message is read.
+        ("grpc.server.max_pending_requests", PENDING_CALLS),
+        ("grpc.server.max_pending_requests_hard_limit", PENDING_CALLS),
     ]
     if s.grpc_max_connection_age_s:
         options += [
@@ -84,21 +98,43 @@ class GrpcServer:
         self.plane = plane
         self.metrics = metrics
         self.server: aio.Server | None = None
-        self.health = health_aio.HealthServicer()
         self.port: int | None = None
-        self.servicer: InferenceService | None = None
-        self._watch: asyncio.Task[None] | None = None
+        self.calls: Calls | None = None
 
     async def start(self) -> int:
         """Bind ``ATTN_HOST:ATTN_GRPC_PORT`` and serve; the port bound (``ATTN_GRPC_PORT=0`` picks a free one)."""
         settings = self.plane.settings
-        server = aio.server(
-            options=server_options(settings), maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs or None
+        plane = self.plane
+        server = aio.server(options=server_options(settings))  # the caps are the classes' own (guard.Caps)
+        caps = Caps(
+            {
+                INFERENCE: settings.grpc_max_concurrent_rpcs,
+                PROBES: settings.grpc_max_concurrent_probes,
+                STREAMS: settings.grpc_max_concurrent_streams,
+            },
+            per_connection=settings.grpc_max_streams_per_connection,
         )
-        servicer = InferenceService(self.plane, self.metrics)
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]  # protoc
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(REFLECTED, server, pool=reflection_pool())
+        calls = Calls(
+            plane.api_keys,
+            self.metrics,
+            caps=caps,
+            runtime=plane.runtime,
+            exempt=plane.auth_exempt,
+            retry_after_s=settings.retry_after_s,
+        )
+        reading = Reading(
+            max_bytes=settings.max_body_bytes, share_bytes=plane.body_share.capacity, timeout_s=settings.body_timeout_s
+        )
+        services = {
+            SERVICE: InferenceService(plane, calls, reading).handlers(),
+            HEALTH_SERVICE: Health(plane.runtime, calls, reading).handlers(),
+            reflection.SERVICE_NAME: Reflection(
+                ReflectionServicer(REFLECTED, pool=reflection_pool()), calls, reading
+            ).handlers(),
+        }
+        server.add_generic_rpc_handlers(
+            tuple(grpc.method_handlers_generic_handler(name, handlers) for name, handlers in services.items())
+        )
         address = f"{settings.host}:{settings.grpc_port}"
         try:
             port = int(server.add_insecure_port(address))
@@ -109,44 +145,22 @@ class GrpcServer:
                 f"cannot start: the gRPC port {address} cannot be bound: another process holds it, or it is not "
                 "allowed; choose another (--grpc-port / ATTN_GRPC_PORT, or ATTN_GRPC_ENABLED=false)"
             ) from None
-        await self._set_health(serving=False)
         await server.start()
-        self.server, self.port, self.servicer = server, port, servicer
-        self._watch = asyncio.create_task(self._follow_readiness(), name="grpc-health")
+        self.server, self.port, self.calls = server, port, calls
         logger.info("gRPC serving inference.GRPCInferenceService on %s:%d", settings.host, port)
         return port
 
-    async def _set_health(self, *, serving: bool) -> None:
-        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
-        for name in HEALTH_NAMES:
-            await self.health.set(name, status)
-
-    async def _follow_readiness(self) -> None:
-        """SERVING once the engines are ready; readiness is final once their start-up is over."""
-        runtime = self.plane.runtime
-        serving: bool | None = None
-        while True:
-            ready = runtime.not_ready_reason() is None
-            if ready != serving:
-                await self._set_health(serving=ready)
-                serving = ready
-            if runtime.startup_done.is_set():
-                return
-            await asyncio.sleep(READINESS_POLL_S)
-
     async def stop(self, grace_s: float) -> None:
-        """Take no new call, let the calls in flight finish for up to ``grace_s``, then answer the rest
-        UNAVAILABLE (module docstring).
+        """Answer every new call UNAVAILABLE with retry-after (health NOT_SERVING, ``Watch`` streams end), let the
+        calls in flight finish for up to ``grace_s``, answer the rest UNAVAILABLE, then close the port.
+
+        gRPC's own graceful stop would refuse new calls at once with a GOAWAY (UNAVAILABLE with no retry-after,
+        and CANCELLED for calls it had taken but no handler had started): it runs only once the calls are done.
         """
-        if self._watch is not None:
-            self._watch.cancel()
-            self._watch = None
-        await self.health.enter_graceful_shutdown()
+        self.plane.runtime.begin_stopping()  # already, when a signal began the stop: health says NOT_SERVING
         server, self.server = self.server, None
         if server is None:
             return
-        # gRPC's own end of the grace comes later: the service's calls are answered by then.
-        stopping = asyncio.create_task(server.stop(grace_s + END_WAIT_S), name="grpc-server-stop")
-        if self.servicer is not None:
-            await self.servicer.calls.end_in_flight(grace_s)
-        await stopping
+        if self.calls is not None:
+            await self.calls.end_in_flight(grace_s)
+        await server.stop(END_WAIT_S)

@@ -66,6 +66,9 @@ REJECT_REASONS = (
     "body_fields",
     "connections",
     "shutdown",
+    "stopping",
+    "grpc_calls",
+    "message_timeout",
 )
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 

@@ -1,0 +1,181 @@
+"""What a gRPC call passes before its message is read: its class's cap, and then its message, read under a
+deadline and, for ``ModelInfer``, on the memory budget.
+
+grpc.aio reads a unary call's whole message before its handler runs, with no key checked, no time limit and
+nothing counted: 40 half-sent 30 MB messages held 1.3 GB. So the server serves every method as a
+client-streaming one (:mod:`service.grpc.service` builds the handlers): the handler runs as soon as the call's
+headers are in, and reads the one message itself (:class:`Message`), after the key check and, for
+``ModelInfer``, after admission. Until then HTTP/2 flow control holds the message back: with gRPC's adaptive
+window (BDP probing) off, a stream buffers at most its initial window (64 KiB) before its message is read, so
+a connection's calls (at most ``ATTN_GRPC_MAX_STREAMS_PER_CONNECTION`` are served, the rest refused before
+their message is read) hold little before they are admitted.
+
+- **Classes** (:data:`CLASSES`): inference calls, probes and long-lived streams each have a cap of their own
+  (``ATTN_GRPC_MAX_CONCURRENT_RPCS``, ``..._PROBES``, ``..._STREAMS``), so a flood of one cannot shut the
+  others out (256 ``Watch`` streams used to refuse every call, health checks included).
+- **Message deadline**: a ``ModelInfer`` message must arrive within ``ATTN_BODY_TIMEOUT_S``, as a REST body; a
+  probe's or a metadata call's (a few bytes) within :data:`SMALL_MESSAGE_TIMEOUT_S`.
+- **Memory**: a ``ModelInfer`` message is read only while the largest message (``ATTN_MAX_BODY_BYTES``) is
+  reserved on the request bodies' share of the budget, which REST bodies hold too; once in, the reservation
+  settles to the message's size. At most ``share / ATTN_MAX_BODY_BYTES`` messages are read at once (the others
+  wait their turn within their deadline), so what gRPC reads never exceeds the share. The small messages of
+  the other methods are read at most :data:`SMALL_READS` at a time: gRPC caps each at ``ATTN_MAX_BODY_BYTES``,
+  so a hostile client can hold at most that many times the limit, for at most a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from google.protobuf.message import DecodeError
+from grpc import aio
+
+from service.dataplane.errors import Kind, ServiceError, invalid
+from service.dataplane.memory import MemoryLease
+
+T = TypeVar("T")
+
+SMALL_MESSAGE_TIMEOUT_S = 1.0
+"""How long the message of a probe, a metadata call or a ``Watch`` may take to arrive (it is a few bytes)."""
+SMALL_READS = 4
+"""Small messages read at once: each may be as large as ``ATTN_MAX_BODY_BYTES`` before gRPC refuses it."""
+STREAM_WINDOW_BYTES = 65535
+"""HTTP/2's initial stream window, which a stream's unread message cannot exceed with BDP probing off."""
+
+
+@dataclass(frozen=True)
+class CallClass:
+    """A class of calls with a cap of its own."""
+
+    name: str
+    setting: str
+    """The setting of its cap."""
+
+
+INFERENCE = CallClass("inference", "ATTN_GRPC_MAX_CONCURRENT_RPCS")
+PROBES = CallClass("probes", "ATTN_GRPC_MAX_CONCURRENT_PROBES")
+STREAMS = CallClass("streams", "ATTN_GRPC_MAX_CONCURRENT_STREAMS")
+CLASSES = (INFERENCE, PROBES, STREAMS)
+
+
+class Caps:
+    """The calls in flight of each class, each class within its cap (0: no cap), and of each connection within
+    ``per_connection`` (HTTP/2's own SETTINGS_MAX_CONCURRENT_STREAMS is not used: gRPC's clients do not wait for
+    it, and a stream past it ends UNAVAILABLE "Stream removed", with no retry-after).
+    """
+
+    def __init__(self, caps: dict[CallClass, int], per_connection: int) -> None:
+        self.caps = caps
+        self.per_connection = per_connection
+        self.open = dict.fromkeys(caps, 0)
+        self.connections: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def slot(self, cls: CallClass, peer: str, retry_after_s: int) -> Iterator[None]:
+        """Hold one of the class's places and one of the connection's (``peer``: its address) for the call;
+        ``TOO_LARGE`` (RESOURCE_EXHAUSTED, with ``retry_after_s``) when either has none.
+        """
+        cap = self.caps[cls]
+        if cap and self.open[cls] >= cap:
+            raise full(
+                f"the server already serves its limit of {cap} {cls.name} calls at once ({cls.setting})", retry_after_s
+            )
+        on_connection = self.connections.get(peer, 0)
+        if on_connection >= self.per_connection:
+            raise full(
+                f"this connection already has its limit of {self.per_connection} calls open at once "
+                "(ATTN_GRPC_MAX_STREAMS_PER_CONNECTION)",
+                retry_after_s,
+            )
+        self.open[cls] += 1
+        self.connections[peer] = on_connection + 1
+        try:
+            yield
+        finally:
+            self.open[cls] -= 1
+            left = self.connections[peer] - 1
+            if left:
+                self.connections[peer] = left
+            else:
+                del self.connections[peer]
+
+
+def full(what: str, retry_after_s: int) -> ServiceError:
+    """A refusal at a cap: RESOURCE_EXHAUSTED with a retry-after."""
+    return ServiceError(Kind.TOO_LARGE, f"{what}; retry after {retry_after_s} s", retry_after_s=retry_after_s)
+
+
+class Reading:
+    """Where messages are read: the gates that bound how many are read at once, and their limits."""
+
+    def __init__(self, *, max_bytes: int, share_bytes: int, timeout_s: float) -> None:
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
+        self.large = asyncio.Semaphore(max(1, share_bytes // max_bytes))
+        self.small = asyncio.Semaphore(SMALL_READS)
+
+
+class MessageTimeout(ServiceError):
+    """The message did not arrive in time."""
+
+
+class EndOfMessages(ServiceError):
+    """The client half-closed the call before a message it had to send."""
+
+
+class Message(Generic[T]):
+    """The one request message of a call, read when its handler asks (:meth:`read`)."""
+
+    __slots__ = ("context", "nbytes", "parse", "reading", "value")
+
+    def __init__(self, context: aio.ServicerContext, parse: Callable[[bytes], T], reading: Reading) -> None:
+        self.context = context
+        self.parse = parse
+        self.reading = reading
+        self.value: T | None = None
+        self.nbytes = 0
+
+    async def next(self) -> T | None:
+        """The next message of a client-streaming call (a small one), or None once the client has sent its last."""
+        try:
+            return await self.read()
+        except EndOfMessages:
+            return None
+
+    async def read(self, lease: MemoryLease | None = None) -> T:
+        """The message, parsed. With ``lease`` (``ModelInfer``): read while the lease holds the largest message
+        may be, then hold its size; within ``ATTN_BODY_TIMEOUT_S``. Without: a small message, within
+        :data:`SMALL_MESSAGE_TIMEOUT_S`. ``UNAVAILABLE`` when the bodies' share has no room, ``DEADLINE_EXCEEDED``
+        when the message is late, ``INVALID_ARGUMENT`` when it is not the method's message.
+        """
+        reading = self.reading
+        timeout_s = reading.timeout_s if lease is not None else min(reading.timeout_s, SMALL_MESSAGE_TIMEOUT_S)
+        gate = reading.large if lease is not None else reading.small
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with gate:
+                    if lease is not None:
+                        lease.reserve(reading.max_bytes)  # UNAVAILABLE at once when the share has no room
+                    raw = await self.context.read()
+        except TimeoutError:
+            setting = "ATTN_BODY_TIMEOUT_S" if lease is not None else "the probes' and metadata calls' one second"
+            raise MessageTimeout(
+                Kind.TIMEOUT,
+                f"the request message did not arrive within {timeout_s:g} s ({setting}); send it at once after "
+                "the call's headers",
+            ) from None
+        if not isinstance(raw, bytes):  # aio.EOF: the client half-closed without a message
+            raise EndOfMessages(Kind.INVALID, "the call ended without its request message")
+        self.nbytes = len(raw)
+        if lease is not None:
+            lease.settle(self.nbytes)
+        try:
+            value = self.parse(raw)
+        except DecodeError:
+            raise invalid("the request is not a valid protobuf message of this method", "message") from None
+        self.value = value
+        return value
