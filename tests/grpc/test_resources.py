@@ -65,12 +65,14 @@ def softmax_request(shape: tuple[int, ...] = SHAPE, name: str = "logits") -> pb.
     return request
 
 
-def infer(target: str, request: pb.ModelInferRequest, rid: str = "") -> tuple[grpc.StatusCode, str, dict[str, str]]:
-    """The call's status, message and trailing metadata."""
-    metadata = (("x-request-id", rid),) if rid else None
+def infer(
+    target: str, request: pb.ModelInferRequest, rid: str = "", key: str = ""
+) -> tuple[grpc.StatusCode, str, dict[str, str]]:
+    """The call's status, message and trailing metadata (``rid``: its request id; ``key``: its API key)."""
+    metadata = ((("x-request-id", rid),) if rid else ()) + ((("x-api-key", key),) if key else ())
     with grpc.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
         try:
-            pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, metadata=metadata, timeout=60)
+            pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, metadata=metadata or None, timeout=60)
         except grpc.RpcError as err:
             return err.code(), err.details() or "", dict(err.trailing_metadata() or ())
     return grpc.StatusCode.OK, "", {}
