@@ -1,6 +1,7 @@
-"""Load test (issue 5): 60 s at concurrency 64 with valid, invalid and oversized requests; goodput (issue 8).
+"""Load test (issues 5, 27): 60 s of REST and gRPC at 64 clients each, valid and invalid mixed; goodput (issue 8).
 
     python bench/load_test.py [--duration 60] [--concurrency 64] [--warmup 10] [--json out.json]
+    python bench/load_test.py --no-grpc [--grpc-clients 64]
     python bench/load_test.py --goodput [--goodput-duration 15]
 
 ``--goodput`` measures instead how many valid medium requests (/v2
@@ -14,21 +15,32 @@ service the way production runs it (``python -m service serve``, settings from
 the ``ATTN_*`` environment; ``ATTN_MAX_BODY_BYTES`` defaults to 1 MiB here so
 that an oversized request is 1.5 MiB of loopback traffic, not 48 MiB), drives
 it with wrk and ``bench/load_mix.lua`` (64 connections, 2 threads, 60 s client
-timeout), and stops it with SIGTERM.
+timeout) and, at the same time, over gRPC on a free port (``ATTN_GRPC_PORT``)
+with ``bench/load_grpc.py`` (a process of its own: 64 grpc.aio clients on 8
+connections, 60 s deadlines; ``--no-grpc``: REST alone), both through the
+warm-up and the measured run, and stops it with SIGTERM.
 
 Request mix (weights): /v1/attention with nested JSON (2, 16, 16) (30), with
 base64 (1, 4, 64, 32) (15), /v1/softmax (8, 64) (15); invalid bodies:
 malformed JSON, shapes that disagree, an unknown field, a wrong type (30);
 oversized bodies (10). Every request carries ``X-Request-ID: <kind>-<n>``; the
-server echoes it, so each answer is tallied under its kind.
+server echoes it, so each answer is tallied under its kind. gRPC mix (see
+``bench/load_grpc.py``): ModelInfer attention (1, 2, 16, 16) and softmax (8, 64)
+with raw tensors (60); a wrong input name, a shape that disagrees with the raw
+size, an unknown model, undecodable bytes (40); ``x-request-id: <kind>-<n>``.
 
 Reports: requests answered, by status and by kind; latency p50/p90/p99/max
 (wrk, all answers); wrk's socket errors (a request without an answer); the
 server's resident memory (VmRSS) after start-up, after the warm-up and at the
 end (these two read 2 s after the load stopped: the server gives its free C heap
-back once quiet for a second), and its peak under load (VmHWM); the server's own
-counters. Exits 1 when one of the issue's expectations fails: no 5xx other
-than 503, no request lost, final RSS within 10% of the post-warm-up RSS.
+back once quiet for a second), and its peak under load (VmHWM) against the
+memory budget (``ATTN_MEMORY_BUDGET_BYTES``, 1 GiB by default) plus 400 MiB; the
+gRPC calls by status code and by kind, their latency percentiles, and how many
+RESOURCE_EXHAUSTED/UNAVAILABLE answers carried ``retry-after``; the server's own
+counters. Exits 1 when one of the issues' expectations fails: no 5xx other
+than 503, no request lost, final RSS within 10% of the post-warm-up RSS, peak
+RSS within the budget + 400 MiB; over gRPC, no status but OK, INVALID_ARGUMENT,
+NOT_FOUND, RESOURCE_EXHAUSTED and UNAVAILABLE, the last two with ``retry-after``.
 """
 
 from __future__ import annotations
@@ -54,6 +66,9 @@ from ports import free_port  # bench/ is on sys.path: run as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 LUA = ROOT / "bench" / "load_mix.lua"
+GRPC_DRIVER = ROOT / "bench" / "load_grpc.py"
+GRPC_ALLOWED = ("OK", "INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED", "UNAVAILABLE")
+RSS_HEADROOM = 400 << 20  # peak RSS may exceed the memory budget by this much (the interpreter, gRPC, buffers)
 GOODPUT_LUA = ROOT / "bench" / "load_goodput.lua"
 GOODPUT_SHAPE = (1, 8, 128, 64)
 GOODPUT_CLIENTS = (1, 16, 64)
@@ -130,6 +145,39 @@ def run_wrk(url: str, args: list[str], concurrency: int, seconds: float) -> dict
     if line is None:
         raise RuntimeError(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     return json.loads(line[5:])
+
+
+def start_grpc_load(target: str, clients: int, seconds: float, out: Path) -> subprocess.Popen[str]:
+    """``bench/load_grpc.py`` against ``target``, returned once its channels are connected (its clock running)."""
+    cmd = [sys.executable, str(GRPC_DRIVER), "--target", target, "--clients", str(clients)]
+    proc = subprocess.Popen(
+        [*cmd, "--duration", f"{seconds:g}", "--json", str(out)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"the gRPC load driver did not start (exit {proc.wait()})")
+    return proc
+
+
+def finish_grpc_load(proc: subprocess.Popen[str], out: Path, seconds: float) -> dict[str, Any]:
+    """Wait for the driver (its calls have 60 s deadlines); its report."""
+    proc.communicate(timeout=seconds + 120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the gRPC load driver failed ({proc.returncode})")
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def grpc_checks(runs: list[dict[str, Any]]) -> dict[str, bool]:
+    """The gRPC expectations over ``runs`` (warm-up and measured): known statuses only, busy ones with retry-after."""
+    codes = {code for run in runs for code in run["by_code"]}
+    without = sum(run["retry_after"][code]["without"] for run in runs for code in run["retry_after"])
+    return {
+        "gRPC: calls answered": all(run["calls"] > 0 for run in runs),
+        "gRPC: no status but " + ", ".join(GRPC_ALLOWED): codes <= set(GRPC_ALLOWED),
+        "gRPC: every RESOURCE_EXHAUSTED/UNAVAILABLE with retry-after": without == 0,
+    }
 
 
 def start_server(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes], str, Any]:
@@ -246,6 +294,10 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--json", help="also write the report here")
+    parser.add_argument(
+        "--grpc", action=argparse.BooleanOptionalAction, default=True, help="drive gRPC too (default; --no-grpc: not)"
+    )
+    parser.add_argument("--grpc-clients", type=int, default=64, help="gRPC clients (default 64)")
     parser.add_argument("--goodput", action="store_true", help="measure the goodput table instead (issue 8)")
     parser.add_argument("--goodput-duration", type=float, default=15.0, help="seconds per goodput run")
     args = parser.parse_args()
@@ -256,39 +308,35 @@ def main() -> int:
         return goodput(args.goodput_duration, args.json)
 
     max_body = int(os.environ.get("ATTN_MAX_BODY_BYTES", ONE_MIB))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    budget = int(os.environ.get("ATTN_MEMORY_BUDGET_BYTES", 1 << 30))
+    grpc_port = free_port() if args.grpc else 0
+    target = f"127.0.0.1:{grpc_port}"
     workdir = Path(tempfile.mkdtemp(prefix="load_test_"))
-    env = {**os.environ, "ATTN_PORT": str(port), "ATTN_GRPC_PORT": "0", "ATTN_MAX_BODY_BYTES": str(max_body)}
-    log = open(workdir / "server.log", "wb")  # noqa: SIM115 -- the server writes to it until the `finally` closes it
-    server = subprocess.Popen(
-        [sys.executable, "-m", "service", "serve"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
-    )
+    env = {"ATTN_GRPC_PORT": str(grpc_port), "ATTN_MAX_BODY_BYTES": str(max_body)}
+    server, url, log = start_server(env, workdir / "server.log")
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                print(f"server not ready; see {log.name}", file=sys.stderr)
-                return 2
-            time.sleep(0.2)
-
         wrk_args: list[str] = []
         requests = build_requests(max_body)
         for kind, (path, body, weight) in requests.items():
             (workdir / f"{kind}.json").write_bytes(body)
             wrk_args += [kind, path, str(workdir / f"{kind}.json")] * weight
 
+        def load(seconds: float, name: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+            """REST (wrk) and, when on, the gRPC driver for ``seconds``, at once; their results."""
+            out = workdir / f"grpc_{name}.json"
+            driver = start_grpc_load(target, args.grpc_clients, seconds, out) if args.grpc else None
+            try:
+                rest = run_wrk(url, wrk_args, args.concurrency, seconds)
+            finally:
+                grpc_result = finish_grpc_load(driver, out, seconds) if driver else None
+            return rest, grpc_result
+
         rss = {"after_start": rss_bytes(server.pid)}
         load_before = os.getloadavg()
-        run_wrk(url, wrk_args, args.concurrency, args.warmup)
+        _, grpc_warmup = load(args.warmup, "warmup")
         time.sleep(2.0)
         rss["after_warmup"] = rss_bytes(server.pid)
-        result = run_wrk(url, wrk_args, args.concurrency, args.duration)
+        result, grpc_result = load(args.duration, "run")
         time.sleep(2.0)  # let the server finish what it was doing
         rss["end"] = rss_bytes(server.pid)
         rss["peak"] = rss_bytes(server.pid, "VmHWM")  # under load, before the idle trim gave the free heap back
@@ -319,6 +367,8 @@ def main() -> int:
             "concurrency": args.concurrency,
             "warmup_s": args.warmup,
             "max_body_bytes": max_body,
+            "memory_budget_bytes": budget,
+            "grpc_clients": args.grpc_clients if args.grpc else 0,
             "body_bytes": {k: len(b) for k, (_, b, _) in requests.items()},
         },
         "results": {
@@ -330,20 +380,35 @@ def main() -> int:
             "latency_ms": {q: round(result[f"{q}_us"] / 1e3, 2) for q in ("p50", "p90", "p99", "max")},
             "rss_mib": {k: round(v / ONE_MIB, 1) for k, v in rss.items()},
             "rss_change_vs_warmup_pct": round(100 * growth, 1),
+            "peak_rss_limit_mib": round((budget + RSS_HEADROOM) / ONE_MIB, 1),
+            "grpc": grpc_result,
         },
         "server_counters": counters,
         "server_exit_code_after_sigterm": exit_code,
     }
     server_errors = {s: n for s, n in by_status.items() if s.startswith("5") and s != "503"}
-    report["checks"] = {
+    checks: dict[str, bool] = {
         "no 5xx other than 503": not server_errors,
         "no request lost without an answer": lost == 0 and answered == result["requests"],
         "RSS at the end within 10% of after warm-up": abs(growth) <= 0.10,
+        "peak RSS within the memory budget + 400 MiB": rss["peak"] <= budget + RSS_HEADROOM,
     }
+    if grpc_result is not None and grpc_warmup is not None:
+        checks.update(grpc_checks([grpc_warmup, grpc_result]))
+    report["checks"] = checks
     print(json.dumps(report, indent=2))
+    print(f"REST: {answered} answers in {args.duration:g} s, by status {dict(sorted(by_status.items()))}, lost {lost}")
+    if grpc_result is not None:
+        print(
+            f"gRPC: {grpc_result['calls']} calls in {grpc_result['duration_s']:g} s, by code {grpc_result['by_code']}, "
+            f"retry-after {grpc_result['retry_after']}"
+        )
+    print(f"peak RSS {rss['peak'] / ONE_MIB:.1f} MiB, budget + 400 MiB = {(budget + RSS_HEADROOM) / ONE_MIB:.1f} MiB")
+    for name, ok in checks.items():
+        print(f"- {name}: {'met' if ok else 'MISSED'}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-    return 0 if all(report["checks"].values()) else 1
+    return 0 if all(checks.values()) else 1
 
 
 if __name__ == "__main__":
