@@ -104,6 +104,7 @@ def create_app(
                 with contextlib.suppress(RuntimeError):  # the loop closed first (a test app stopped early)
                     loop.call_soon_threadsafe(done)
 
+        runtime.begin_serving()
         metrics.record_engines(dict.fromkeys(runtime.engines, False))
         threading.Thread(target=start, name="engine-startup", daemon=True).start()
         if settings.workers > 1:

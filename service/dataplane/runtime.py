@@ -73,6 +73,12 @@ class Runtime:
             except Exception:  # a listener whose loop has closed must not stop the others
                 logger.debug("a readiness listener failed", exc_info=True)
 
+    def begin_serving(self) -> None:
+        """A serving period begins (the app's start-up): not stopping. An app started again after a stop (tests
+        reuse one) serves again.
+        """
+        self.stopping = False
+
     def begin_stopping(self) -> None:
         """The server stops: from now on every probe says not ready (safe in a signal handler: a flag and calls
         that schedule work).
