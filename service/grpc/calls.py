@@ -56,6 +56,7 @@ from service.dataplane.errors import (
     phrased,
     unavailable,
 )
+from service.dataplane.memory import TRIM_AFTER_BODY_BYTES, release_after
 from service.dataplane.models import MODELS
 from service.dataplane.runtime import Runtime
 from service.grpc.guard import INFERENCE, CallClass, Caps, Message, MessageTimeout, Reading
@@ -181,7 +182,11 @@ class Calls:
         async def behavior(requests: Any, context: aio.ServicerContext) -> Any:
             message: Message[Any] = Message(context, request.FromString, reading)
             work = lambda: fn(message, context)  # noqa: E731
-            return await self.serve(route, cls, work, context, lambda: model_label(message.value))
+            try:
+                return await self.serve(route, cls, work, context, lambda: model_label(message.value))
+            finally:
+                if message.nbytes >= TRIM_AFTER_BODY_BYTES:  # a large message of any method: its memory goes back
+                    release_after(message.nbytes)
 
         if streaming:
             return grpc.stream_stream_rpc_method_handler(

@@ -17,8 +17,9 @@ their message is read) hold little before they are admitted.
   probe's or a metadata call's (a few bytes) within :data:`SMALL_MESSAGE_TIMEOUT_S`.
 - **Memory**: a ``ModelInfer`` message is read only while the largest message (``ATTN_MAX_BODY_BYTES``) is
   reserved on the request bodies' share of the budget, which REST bodies hold too; once in, the reservation
-  settles to the message's size. At most ``share / ATTN_MAX_BODY_BYTES`` messages are read at once (the others
-  wait their turn within their deadline), so what gRPC reads never exceeds the share. The small messages of
+  settles to the message's size. At most ``share / (2 ATTN_MAX_BODY_BYTES)`` messages are read at once (the
+  others wait their turn within their deadline), so the messages being read never take more than half the
+  share: a burst of tiny gRPC calls cannot leave REST bodies without room. The small messages of
   the other methods are read at most :data:`SMALL_READS` at a time: gRPC caps each at ``ATTN_MAX_BODY_BYTES``,
   so a hostile client can hold at most that many times the limit, for at most a second.
 """
@@ -115,7 +116,7 @@ class Reading:
     def __init__(self, *, max_bytes: int, share_bytes: int, timeout_s: float) -> None:
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
-        self.large = asyncio.Semaphore(max(1, share_bytes // max_bytes))
+        self.large = asyncio.Semaphore(max(1, share_bytes // (2 * max_bytes)))
         self.small = asyncio.Semaphore(SMALL_READS)
 
 
