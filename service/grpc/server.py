@@ -100,6 +100,7 @@ class GrpcServer:
         self.server: aio.Server | None = None
         self.port: int | None = None
         self.calls: Calls | None = None
+        self.reading: Reading | None = None
 
     async def start(self) -> int:
         """Bind ``ATTN_HOST:ATTN_GRPC_PORT`` and serve; the port bound (``ATTN_GRPC_PORT=0`` picks a free one)."""
@@ -146,7 +147,7 @@ class GrpcServer:
                 "allowed; choose another (--grpc-port / ATTN_GRPC_PORT, or ATTN_GRPC_ENABLED=false)"
             ) from None
         await server.start()
-        self.server, self.port, self.calls = server, port, calls
+        self.server, self.port, self.calls, self.reading = server, port, calls, reading
         logger.info("gRPC serving inference.GRPCInferenceService on %s:%d", settings.host, port)
         return port
 
@@ -164,3 +165,5 @@ class GrpcServer:
         if self.calls is not None:
             await self.calls.end_in_flight(grace_s)
         await server.stop(END_WAIT_S)
+        if self.reading is not None:
+            await self.reading.stop()
