@@ -257,3 +257,30 @@ def test_one_readiness_for_both_protocols(tmp_path: Path) -> None:
         assert server.proc.wait(30) == 0
     finally:
         server.close()
+
+
+def test_half_sent_messages_hold_no_memory_outside_the_budget(live_grpc: Callable[..., Server]) -> None:
+    """40 ModelInfer messages declaring 30 MB, each sent up to half and then stalled, over 4 connections: they
+    used to be received as far as they came (1,348 MB held; 1,116 MB after they closed). Now an unread message
+    holds at most its 64 KiB window, at most a few are read at once (each reserved on the bodies' share) and
+    those end at the message deadline: the server's peak stays far below, and its idle memory comes back.
+    """
+    from tests.grpc.halfsent import hold
+
+    server = live_grpc(ATTN_BODY_TIMEOUT_S="2")
+    host, port = server.target.rsplit(":", 1)
+    assert infer(server.target, softmax_request((4,)))[0] == grpc.StatusCode.OK
+    time.sleep(1.5)
+    idle = status_kb(server.proc.pid, "VmRSS") / 1024
+    declared, half = 30 * MIB, 15 * MIB
+    sent = hold(host, int(port), connections=4, streams=10, declared=declared, sent=half, seconds=5)
+    peak = status_kb(server.proc.pid, "VmHWM") / 1024
+    print(f"half-sent: {sent / MIB:.0f} MiB sent, idle {idle:.0f} MiB, peak {peak:.0f} MiB")
+    # 8 reads at once (half the 512 MiB share) of at most 15 MiB each, plus 64 KiB per unread stream
+    assert peak - idle < 8 * 15 + 100, (peak, idle, sent / MIB)
+    assert check(server.target) == SERVING
+    time.sleep(6)
+    after = status_kb(server.proc.pid, "VmRSS") / 1024
+    assert after - idle < 150, (after, idle)
+    metrics = httpx.get(server.url + "/metrics").text
+    assert metric_value(metrics, "attn_http_requests_rejected_total", reason="message_timeout") >= 8
