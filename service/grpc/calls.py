@@ -13,6 +13,7 @@ busy, not ready, stopping (retry-after)         UNAVAILABLE           503
 the deadline passed, or cannot be met           DEADLINE_EXCEEDED     504
 the message did not arrive in time              DEADLINE_EXCEEDED     408
 missing or wrong API key                        UNAUTHENTICATED       401
+an extension this server does not serve         UNIMPLEMENTED         404
 the client cancelled, or went away              CANCELLED             499 (logged)
 ==============================================  ====================  ==================================
 
@@ -195,6 +196,19 @@ class Calls:
         return grpc.stream_unary_rpc_method_handler(
             behavior, request_deserializer=None, response_serializer=response.SerializeToString
         )
+
+    def refusal(self, route: str, message: str) -> grpc.RpcMethodHandler:
+        """The method ``route``, which this server does not serve: ``UNIMPLEMENTED`` with ``message``, through
+        :meth:`serve` (key, log, metrics), without reading the request.
+        """
+
+        async def behavior(requests: Any, context: aio.ServicerContext) -> Any:
+            async def refuse() -> None:
+                await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)
+
+            return await self.serve(route, INFERENCE, refuse, context)
+
+        return grpc.stream_unary_rpc_method_handler(behavior)
 
     async def end_in_flight(self, grace_s: float) -> None:
         """Let the calls in flight run for up to ``grace_s``, then end those still running with ``UNAVAILABLE``

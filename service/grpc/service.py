@@ -30,6 +30,7 @@ from service.dataplane.admission import Overloaded
 from service.dataplane.errors import Kind, ServiceError, unavailable
 from service.dataplane.memory import release_after
 from service.dataplane.models import EXTENSIONS, MODEL_VERSION, SERVER_NAME, find_model
+from service.dataplane.models.unsupported import UNSUPPORTED
 from service.dataplane.plane import DataPlane
 from service.dataplane.timing import Timing
 from service.grpc.calls import SERVICE, Calls, Handler
@@ -57,10 +58,14 @@ class InferenceService:
             ("ModelMetadata", INFERENCE, pb.ModelMetadataRequest, pb.ModelMetadataResponse, self.ModelMetadata),
             ("ModelInfer", INFERENCE, pb.ModelInferRequest, pb.ModelInferResponse, self.ModelInfer),
         ]
-        return {
+        handlers = {
             name: self.calls.handler(f"/{SERVICE}/{name}", cls, request, response, self.reading, fn)
             for name, cls, request, response, fn in methods
         }
+        for extension in UNSUPPORTED:  # UNIMPLEMENTED, naming the extension; the message is never read
+            for name in extension.grpc:
+                handlers[name] = self.calls.refusal(f"/{SERVICE}/{name}", extension.message())
+        return handlers
 
     async def ServerLive(self, message: Message[Any], context: aio.ServicerContext) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)  # an empty request: nothing to read

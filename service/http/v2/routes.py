@@ -19,8 +19,10 @@ from starlette.responses import Response
 
 from service import __version__
 from service.dataplane.context import NOT_READY_RETRY_AFTER_S, Context
+from service.dataplane.errors import not_found as not_found_error
 from service.dataplane.inference import InferRequest, InferResult
 from service.dataplane.models import EXTENSIONS, MODEL_VERSION, SERVER_NAME, Model, find_model
+from service.dataplane.models.unsupported import UNSUPPORTED, Unsupported
 from service.dataplane.plane import DataPlane
 from service.dataplane.scheduling import Job
 from service.dataplane.timing import Timing
@@ -171,7 +173,7 @@ def routes(plane: DataPlane) -> list[APIRoute]:
         return V2Route("/v2" + path, endpoint, methods=[method], tags=["open inference protocol"], **docs)
 
     not_found = {404: ERROR_RESPONSES[404]}
-    return [
+    return unsupported_routes() + [
         route("", server_metadata, summary="Server metadata: name, version, extensions"),
         route("/health/live", server_live, summary="Server liveness"),
         route(
@@ -223,4 +225,23 @@ def routes(plane: DataPlane) -> list[APIRoute]:
             responses=INFER_RESPONSES,
             openapi_extra=INFER_OPENAPI,
         ),
+    ]
+
+
+def unsupported_routes() -> list[APIRoute]:
+    """The protocol's extensions this server does not serve: 404 with the protocol's error body naming the
+    extension (:mod:`service.dataplane.models.unsupported`), ahead of ``/v2/models/{model_name}`` (so that
+    ``/v2/models/stats`` is not taken for a model). Left out of the schema.
+    """
+
+    def endpoint(extension: Unsupported) -> Any:
+        async def refuse(request: Request, **path: str) -> Response:
+            raise not_found_error(extension.message())
+
+        return refuse
+
+    return [
+        V2Route("/v2" + path, endpoint(extension), methods=[method], include_in_schema=False)
+        for extension in UNSUPPORTED
+        for method, path in extension.rest
     ]
