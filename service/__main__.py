@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -199,11 +200,30 @@ def _quiet_on_closed_pipe() -> int:
     return 128 + signal.SIGPIPE
 
 
+NEGATIVE_VALUE = re.compile(r"-(?:\d|\.\d|inf\b|nan\b)", re.IGNORECASE)
+"""The start of a value that is a negative number, or a list that starts with one (``-5,2,1``, ``-.5;1``)."""
+
+
+def attach_negative_values(argv: Sequence[str]) -> list[str]:
+    """``--scores -5,2,1`` as ``--scores=-5,2,1``: argparse takes an argument that starts with ``-`` for an option
+    unless it is a single negative number, so a list that starts with one ("expected one argument") needs the
+    ``=`` form; a user types the first.
+    """
+    out: list[str] = []
+    for arg in argv:
+        previous = out[-1] if out else ""
+        if previous.startswith("--") and "=" not in previous and NEGATIVE_VALUE.match(arg):
+            out[-1] = f"{previous}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     """The command line; the exit status. ``prog`` names the program in messages (default: as invoked)."""
     prog = prog or program_name()
     parser = build_parser(prog)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(attach_negative_values(sys.argv[1:] if argv is None else argv))
     try:
         status = _dispatch(args, prog)
         sys.stdout.flush()  # a closed pipe shows here, not at exit

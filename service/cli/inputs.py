@@ -47,12 +47,22 @@ def read_tensor(text: str, name: str, *, mask: bool = False) -> npt.NDArray[Any]
     if ".npz:" in text:
         path, _, member = text.rpartition(":")
     file = Path(path)
-    if file.suffix in (".npy", ".npz", ".json") or file.exists():
+    if file.suffix in (".npy", ".npz", ".json") or _is_file(file):
         return _from_file(file, member or name, name)
     try:
         return _inline_array(text, mask=mask)
     except ValueError as exc:
         raise InputError(f"--{name}: {exc}") from None
+
+
+def _is_file(file: Path) -> bool:
+    """Whether ``file`` names something on disk; False for text no file can be named (an inline list of 20,000
+    numbers is longer than a file name may be: ``exists`` raised "File name too long").
+    """
+    try:
+        return file.exists()
+    except OSError:
+        return False
 
 
 def _from_stdin(member: str, name: str, *, mask: bool) -> npt.NDArray[Any]:
