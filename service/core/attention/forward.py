@@ -22,7 +22,12 @@ from service.core.attention.chunks import (
     relu_scores,
     run_chunks,
 )
-from service.core.attention.numerics import check_live_rows, check_scores_finite, overflow_error
+from service.core.attention.numerics import (
+    check_live_rows,
+    check_scores_finite,
+    output_overflow_error,
+    overflow_error,
+)
 from service.core.attention.prepared import Prepared, prepare, split_heads
 from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask
 
@@ -120,6 +125,28 @@ def _mix_relu(a: np.ndarray, z: np.ndarray, v: np.ndarray, out: np.ndarray, *, k
         np.matmul(a.astype(out.dtype), v, out=out)
 
 
+def _mix_then_normalize(e: np.ndarray, v: np.ndarray, out: np.ndarray, sums: np.ndarray) -> None:
+    """``out = (e / sums) v`` for softmax's unnormalized exponentials ``e`` (..., rows, S; each in [0, 1], row sums
+    ``sums``), when the weights are not returned.
+
+    The (rows, Ev) product ``e v`` is divided by the sums instead of the (rows, S) exponentials: a pass over
+    the exponentials less, and the same numbers as before for ordinary values. But ``e v`` reaches
+    ``sums * max |v|``, up to S times the answer: near-uniform rows of 4,096 keys overflow float32 from
+    ``|v| = 8.3e34``, two keys of equal weight from ``|v| = 1.7e38``, though the answer is at most
+    ``max |v|``. Only a row whose product overflowed (not finite; the weights are finite here) is computed
+    again the way the weights path computes it, normalizing first, so the output does not depend on what
+    ``return`` asks for (docs/concepts/numeric-edges.md). Row by row, so a row's numbers do not depend on
+    the rows it is computed with (the fast and the chunked paths stay bit-identical).
+    """
+    np.matmul(e, v, out=out)
+    out /= sums
+    if np.isfinite(out).all():
+        return
+    redo = ~np.isfinite(out).all(axis=-1, keepdims=True)  # (..., rows, 1)
+    np.divide(e, sums, out=e, where=redo)
+    np.copyto(out, np.matmul(e, v), where=redo)
+
+
 def _normalize_and_mix(
     z: np.ndarray,
     v: np.ndarray,
@@ -139,14 +166,18 @@ def _normalize_and_mix(
     if normalizer == "softmax":
         sums, dead = _exp_shifted(z)
         check_live_rows(dead, valid, z.dtype)
+        if not np.isfinite(sums).all():  # a live row's largest score is +inf or NaN: exp(z - max) is NaN
+            raise overflow_error(z.dtype)
         if keep_weights:
             z /= sums
             np.matmul(z, v, out=out)
         else:
-            np.matmul(z, v, out=out)
-            out /= sums
+            _mix_then_normalize(z, v, out, sums)
         return
-    check_live_rows(z.max(axis=-1) == -np.inf, valid, z.dtype)
+    row_max = z.max(axis=-1)
+    check_live_rows(row_max == -np.inf, valid, z.dtype)
+    if np.isnan(row_max).any() or (row_max == np.inf).any():  # the sorting normalizers would give NaN weights
+        raise overflow_error(z.dtype)
     if z.ndim == 3:
         a = normalizers.normalize(z, normalizer, alpha=alpha)
     elif z.shape[0] == 1:
@@ -253,7 +284,9 @@ def run_attention(task: AttentionTask, *, executor: Executor | None = None, work
     else:
         forward_chunked(p, params, output, weights, scores, executor, workers)
     if not np.isfinite(output).all():
-        raise overflow_error(dtype, "the attention output is not finite: the scores")
+        if np.isnan(output).any():  # from scores that overflowed (relu's +inf; the others are refused before)
+            raise overflow_error(dtype, "the attention output is not finite: the scores")
+        raise output_overflow_error(dtype)
     rank = task.inputs.query.ndim
     lead = task.inputs.query.shape[:-1]
     return AttentionResult(

@@ -31,6 +31,18 @@ def overflow_error(dtype: np.dtype | type, what: str = "the scores") -> Numerica
     )
 
 
+def output_overflow_error(dtype: np.dtype | type) -> NumericalError:
+    """The 422 for an output that overflows although its scores and weights are finite: the weights sum to 1
+    (to rounding), so only values within a few ulps of the dtype's largest can give one.
+    """
+    name = np.dtype(dtype).name
+    return not_finite_error(
+        f"the attention output overflows {name} (a weighted mean of the values beyond "
+        f"{float(np.finfo(dtype).max):.3g}: values within rounding of {name}'s largest)",
+        dtype,
+    )
+
+
 def not_finite_error(what: str, dtype: np.dtype | type, extra: str = "") -> NumericalError:
     """The 422 for a gradient (or an output) that is not finite: float64 where it would help, else smaller inputs."""
     name = np.dtype(dtype).name
