@@ -3,7 +3,8 @@
 ``engine: "auto"`` walks the preferred order (ONNX first, numpy last) and takes
 the first engine that is ready and supports the task; the reason says why, e.g.
 ``auto: onnx graph softmax_fused_f32 supports this request`` or
-``auto: onnx cannot run this request (<the ONNX engine's reason>); using numpy``. A named engine either runs the task or says why not:
+``auto: onnx cannot run this request (<the ONNX engine's reason>); using numpy``.
+A named engine either runs the task or says why not:
 :class:`EngineUnavailable` (HTTP 422: the engine cannot serve this request, or
 is not enabled) or :class:`EngineNotReady` (HTTP 503: try again later).
 
