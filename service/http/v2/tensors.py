@@ -188,6 +188,7 @@ def _from_json(data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...]
     assert arr is not None
     if arr.size != count:
         raise bad(f"input {name!r}: data has {arr.size} values but shape {list(shape)} needs {count}")
+    _check_nesting(arr.shape, shape, name)
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         flat = arr.reshape(-1)
@@ -231,6 +232,7 @@ def _from_json_array(
     assert structure.shape is not None  # only_numbers and only_booleans imply a rectangular array
     if math.prod(structure.shape) != count:
         raise bad(f"input {name!r}: data has {math.prod(structure.shape)} values but shape {list(shape)} needs {count}")
+    _check_nesting(structure.shape, shape, name)
     arr = data.as_bool() if dtype.kind == "b" else data.as_float64() if dtype.kind == "f" else data.as_int64()
     if arr is None:
         return None  # numbers simdjson cannot give in that type: the Python path decides
@@ -247,6 +249,19 @@ def _from_json_array(
                 f"({info.min} to {info.max})"
             )
     return arr.astype(dtype).reshape(shape)
+
+
+def _check_nesting(found: tuple[int, ...], shape: tuple[int, ...], name: str) -> None:
+    """``data`` holding the declared number of values is the tensor's own nested form or flat (row-major), as the
+    protocol allows: any other nesting (the transpose of a matrix, an extra level) is refused rather than read again
+    in row-major order. ``found`` is the nesting already read with the values (numpy's or the body scan's shape).
+    """
+    if len(found) == 1 or found == shape:  # (no empty tensor gets here: every dimension is >= 1)
+        return
+    raise bad(
+        f"input {name!r}: data is nested as {list(found)}, but the declared shape is {list(shape)}; send data "
+        f"nested exactly as the shape, or flat in row-major order"
+    )
 
 
 def _check_fits(arr: np.ndarray, datatype: str, dtype: np.dtype, name: str) -> None:
