@@ -36,7 +36,6 @@ import orjson
 
 from service.dataplane.errors import ServiceError
 from service.dataplane.inference import (
-    DATATYPES,
     OUTPUT_DATATYPES,
     InferRequest,
     TensorSpec,
@@ -49,10 +48,11 @@ from service.dataplane.inference import (
     output_as_binary,
     refuse_shared_memory,
 )
-from service.dataplane.tensors import FLOAT_MAX, PYTHON_CHECK_MAX, TensorLimits, index_text
+from service.dataplane.tensors import TensorLimits
 from service.http.bodies import JSON_OPTIONS, plain
 from service.http.codecs import jsonbody, jsonerrors
 from service.http.codecs.problems import Expect, find_problem, numbers_only
+from service.http.v2.checks import check_fits, check_nesting
 
 HEADER_LENGTH = "inference-header-content-length"
 
@@ -188,7 +188,7 @@ def _from_json(data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...]
     assert arr is not None
     if arr.size != count:
         raise bad(f"input {name!r}: data has {arr.size} values but shape {list(shape)} needs {count}")
-    _check_nesting(arr.shape, shape, name)
+    check_nesting(arr.shape, shape, name)
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         flat = arr.reshape(-1)
@@ -200,11 +200,11 @@ def _from_json(data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...]
                 f"({info.min} to {info.max})"
             )
     if dtype.kind == "f" and arr.dtype.kind == "f":
-        _check_fits(arr, datatype, dtype, name)
+        check_fits(arr, datatype, dtype, name)
         # JSON numbers stay float64 here (the declared datatype holds them); the compute precision casts them.
         return arr.reshape(shape)
     if dtype.kind == "f":
-        _check_fits(arr, datatype, dtype, name)
+        check_fits(arr, datatype, dtype, name)
     return arr.astype(dtype).reshape(shape)
 
 
@@ -232,12 +232,12 @@ def _from_json_array(
     assert structure.shape is not None  # only_numbers and only_booleans imply a rectangular array
     if math.prod(structure.shape) != count:
         raise bad(f"input {name!r}: data has {math.prod(structure.shape)} values but shape {list(shape)} needs {count}")
-    _check_nesting(structure.shape, shape, name)
+    check_nesting(structure.shape, shape, name)
     arr = data.as_bool() if dtype.kind == "b" else data.as_float64() if dtype.kind == "f" else data.as_int64()
     if arr is None:
         return None  # numbers simdjson cannot give in that type: the Python path decides
     if dtype.kind == "f":
-        _check_fits(arr, datatype, dtype, name)
+        check_fits(arr, datatype, dtype, name)
         return arr.reshape(shape)  # float64 until the precision cast, as from lists
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
@@ -249,58 +249,6 @@ def _from_json_array(
                 f"({info.min} to {info.max})"
             )
     return arr.astype(dtype).reshape(shape)
-
-
-def _check_nesting(found: tuple[int, ...], shape: tuple[int, ...], name: str) -> None:
-    """``data`` holding the declared number of values is the tensor's own nested form or flat (row-major), as the
-    protocol allows: any other nesting (the transpose of a matrix, an extra level) is refused rather than read again
-    in row-major order. ``found`` is the nesting already read with the values (numpy's or the body scan's shape).
-    """
-    if len(found) == 1 or found == shape:  # (no empty tensor gets here: every dimension is >= 1)
-        return
-    raise bad(
-        f"input {name!r}: data is nested as {list(found)}, but the declared shape is {list(shape)}; send data "
-        f"nested exactly as the shape, or flat in row-major order"
-    )
-
-
-def _rounding_limit(dtype: np.dtype) -> float:
-    """The magnitude from which a float64 rounds to an infinity in the narrower IEEE ``dtype``: halfway between
-    its largest value and the next power of two, 2**maxexp - 2**(maxexp - nmant - 2) (a tie rounds to the even
-    neighbour, the infinity). 2**128 - 2**103 for float32, 65520 for float16: exact in a float64.
-    """
-    info = np.finfo(dtype)
-    return math.ldexp(1.0, info.maxexp) - math.ldexp(1.0, info.maxexp - info.nmant - 2)
-
-
-ROUNDS_TO_FINITE = {np.dtype(t): _rounding_limit(np.dtype(t)) for t in (np.float16, np.float32)}
-"""A float64 of smaller magnitude than this rounds to a finite value of the dtype (at most its largest): -3.4028235e38,
-how numpy, Go and Rust print float32's lowest value, is float32's lowest value, not an overflow."""
-
-
-def _check_fits(arr: np.ndarray, datatype: str, dtype: np.dtype, name: str) -> None:
-    """A number that the declared float datatype cannot hold is refused by element, with the protocol's remedy (the
-    wider datatype), as /v1 refuses a value beyond its declared dtype.
-    """
-    if dtype.itemsize >= 8 or arr.size == 0:
-        return
-    limit = ROUNDS_TO_FINITE[dtype]  # FP16 or FP32 here: every float datatype narrower than FP64
-    # The largest magnitude first (a tiny tensor's in Python: numpy's per-call cost is most of the time there);
-    # JSON holds no NaN, and a NaN peak takes the element-wise path anyway.
-    peak = max(map(abs, arr.ravel().tolist())) if arr.size <= PYTHON_CHECK_MAX else float(np.abs(arr).max())
-    if peak < limit:
-        return
-    with np.errstate(invalid="ignore"):
-        over = np.abs(arr) >= limit
-    if not over.any():
-        return
-    idx = tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(over)[0]), arr.shape))
-    wider = " or ".join(t for t in ("FP32", "FP64") if np.dtype(DATATYPES[t]).itemsize > dtype.itemsize)
-    # The value as sent (shortest round-trip form): 3.4028236e+38 overflows FP32, 3.4028235e+38 does not.
-    raise bad(
-        f"input {name!r}: data{index_text(idx)} = {arr[idx].item()!r} overflows {datatype}, the declared datatype "
-        f"(largest {FLOAT_MAX[dtype]:g}); send the input as {wider}"
-    )
 
 
 def parse_request(
