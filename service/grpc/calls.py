@@ -57,10 +57,10 @@ from service.dataplane.errors import (
     phrased,
     unavailable,
 )
-from service.dataplane.memory import TRIM_AFTER_BODY_BYTES, release_after
+from service.dataplane.memory import release_after
 from service.dataplane.models import MODELS
 from service.dataplane.runtime import Runtime
-from service.grpc.guard import INFERENCE, CallClass, Caps, Message, MessageTimeout, Reading
+from service.grpc.guard import INFERENCE, AtCap, CallClass, Caps, Message, MessageTimeout, Reading
 from service.observability.logs import REQUEST_ID
 from service.observability.metrics import ServiceMetrics
 
@@ -147,15 +147,16 @@ class Calls:
         *,
         caps: Caps,
         runtime: Runtime,
-        exempt: frozenset[str] = frozenset(),
+        needs_key: Callable[[str], bool] | None = None,
         retry_after_s: int = 1,
     ) -> None:
         self.keys = keys
         self.metrics = metrics
         self.caps = caps
         self.runtime = runtime
-        self.exempt = exempt
-        """Full method names served without a key (``ATTN_AUTH_EXEMPT_PATHS``)."""
+        self.needs_key = needs_key or (lambda route: keys is not None)
+        """Whether a call of a method (its full name) must present a key: the data plane's rule
+        (:meth:`~service.dataplane.plane.DataPlane.needs_key`, ``ATTN_AUTH_EXEMPT_PATHS``), as for REST paths."""
         self.retry_after_s = retry_after_s
         self._running: set[asyncio.Task[Any]] = set()
         """The tasks of the calls in flight (gRPC runs each call in a task of its own)."""
@@ -186,7 +187,7 @@ class Calls:
             try:
                 return await self.serve(route, cls, work, context, lambda: model_label(message.value))
             finally:
-                if message.nbytes >= TRIM_AFTER_BODY_BYTES:  # a large message of any method: its memory goes back
+                if message.nbytes:  # the message is freed: trim soon if it was large, else once quiet
                     release_after(message.nbytes)
 
         if streaming:
@@ -253,16 +254,16 @@ class Calls:
             if self.runtime.stopping and cls is INFERENCE:  # probes still answer: NOT_SERVING, ready false
                 self.metrics.refused("stopping")
                 raise unavailable(STOPPING_MESSAGE, self.retry_after_s)
-            if route not in self.exempt:
+            if self.needs_key(route):
                 check_key(self.keys, metadata)
             try:
                 with self.caps.slot(cls, context.peer(), self.retry_after_s):
                     return await work()
-            except ServiceError as exc:
-                if exc.kind is Kind.TOO_LARGE and exc.retry_after_s is not None:
-                    self.metrics.refused("grpc_calls")
-                elif isinstance(exc, MessageTimeout):
-                    self.metrics.refused("message_timeout")
+            except AtCap:
+                self.metrics.refused("grpc_calls")
+                raise
+            except MessageTimeout:
+                self.metrics.refused("message_timeout")
                 raise
         except Refused as exc:
             code = exc.code

@@ -10,9 +10,10 @@ window (BDP probing) off, a stream buffers at most its initial window (64 KiB) b
 a connection's calls (at most ``ATTN_GRPC_MAX_STREAMS_PER_CONNECTION`` are served, the rest refused before
 their message is read) hold little before they are admitted.
 
-- **Classes** (:data:`CLASSES`): inference calls, probes and long-lived streams each have a cap of their own
-  (``ATTN_GRPC_MAX_CONCURRENT_RPCS``, ``..._PROBES``, ``..._STREAMS``), so a flood of one cannot shut the
-  others out (256 ``Watch`` streams used to refuse every call, health checks included).
+- **Classes** (:data:`INFERENCE`, :data:`PROBES`, :data:`STREAMS`): inference calls, probes and long-lived
+  streams each have a cap of their own (``ATTN_GRPC_MAX_CONCURRENT_RPCS``, ``..._PROBES``, ``..._STREAMS``), so
+  a flood of one cannot shut the others out (256 ``Watch`` streams used to refuse every call, health checks
+  included).
 - **Message deadline**: a ``ModelInfer`` message must arrive within ``ATTN_BODY_TIMEOUT_S``, as a REST body; a
   probe's or a metadata call's (a few bytes) within :data:`SMALL_MESSAGE_TIMEOUT_S`.
 - **Memory**: a ``ModelInfer`` message is read only while the largest message (``ATTN_MAX_BODY_BYTES``) is
@@ -48,8 +49,6 @@ WATCH_IDLE_S = 1.0
 """The watch stops this long after the last deadline it was given (and starts again with the next read)."""
 SMALL_READS = 4
 """Small messages read at once: each may be as large as ``ATTN_MAX_BODY_BYTES`` before gRPC refuses it."""
-STREAM_WINDOW_BYTES = 65535
-"""HTTP/2's initial stream window, which a stream's unread message cannot exceed with BDP probing off."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,6 @@ class CallClass:
 INFERENCE = CallClass("inference", "ATTN_GRPC_MAX_CONCURRENT_RPCS")
 PROBES = CallClass("probes", "ATTN_GRPC_MAX_CONCURRENT_PROBES")
 STREAMS = CallClass("streams", "ATTN_GRPC_MAX_CONCURRENT_STREAMS")
-CLASSES = (INFERENCE, PROBES, STREAMS)
 
 
 class Caps:
@@ -109,9 +107,13 @@ class Caps:
                 del self.connections[peer]
 
 
-def full(what: str, retry_after_s: int) -> ServiceError:
+class AtCap(ServiceError):
+    """A call refused at a cap (RESOURCE_EXHAUSTED, with a retry-after)."""
+
+
+def full(what: str, retry_after_s: int) -> AtCap:
     """A refusal at a cap: RESOURCE_EXHAUSTED with a retry-after."""
-    return ServiceError(Kind.TOO_LARGE, f"{what}; retry after {retry_after_s} s", retry_after_s=retry_after_s)
+    return AtCap(Kind.TOO_LARGE, f"{what}; retry after {retry_after_s} s", retry_after_s=retry_after_s)
 
 
 class Reading:

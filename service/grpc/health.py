@@ -31,10 +31,6 @@ HEALTH_NAMES = ("", SERVICE)
 Status = health_pb2.HealthCheckResponse
 
 
-def void(_: object) -> None:
-    """Drop a value (a listener returns nothing)."""
-
-
 class Health:
     """The health service over one runtime's readiness."""
 
@@ -44,7 +40,11 @@ class Health:
         self.reading = reading
         self._watchers: set[asyncio.Event] = set()
         loop = asyncio.get_running_loop()
-        runtime.on_change(lambda: void(loop.call_soon_threadsafe(self._notify)))
+
+        def changed() -> None:  # from any thread: the watchers are woken on the loop
+            loop.call_soon_threadsafe(self._notify)
+
+        runtime.on_change(changed)
 
     def _notify(self) -> None:
         for event in self._watchers:

@@ -120,7 +120,7 @@ class GrpcServer:
             self.metrics,
             caps=caps,
             runtime=plane.runtime,
-            exempt=plane.auth_exempt,
+            needs_key=plane.needs_key,
             retry_after_s=settings.retry_after_s,
         )
         reading = Reading(

@@ -14,7 +14,8 @@ share, ``ATTN_BODY_MEMORY_BYTES``, one share for REST bodies and gRPC messages t
 is reserved while it arrives, then its size until the call ends, whatever its answer), and the scheduler is
 told it is held, so it is reserved once. When the share (or the budget) has no room the call is refused
 ``UNAVAILABLE`` with REST's words and a ``retry-after`` (it does not wait). When a call that held a large
-message ends, the C heap's free memory is given back (:func:`release_after`).
+message ends, the C heap's free memory is given back (:meth:`~service.grpc.calls.Calls.handler`, as after any
+method's message).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from grpc import aio
 from service import __version__
 from service.dataplane.admission import Overloaded
 from service.dataplane.errors import Kind, ServiceError, unavailable
-from service.dataplane.memory import release_after
 from service.dataplane.models import EXTENSIONS, MODEL_VERSION, SERVER_NAME, find_model
 from service.dataplane.models.unsupported import UNSUPPORTED
 from service.dataplane.plane import DataPlane
@@ -110,7 +110,6 @@ class InferenceService:
             self.metrics.refused(exc.reason)
             raise unavailable(admission.refusal(exc), exc.retry_after_s) from None
         lease = plane.body_share.lease()  # held until the call ends, whatever its answer
-        nbytes = 0
         try:
             try:
                 request: pb.ModelInferRequest = await message.read(lease)
@@ -118,7 +117,6 @@ class InferenceService:
                 if exc.kind is Kind.UNAVAILABLE:
                     self.metrics.refused("body_memory")
                 raise
-            nbytes = message.nbytes
             model = plane.ready_model(request.model_name, request.model_version or None)
             delay = plane.settings.debug_delay_s
             if delay:  # ATTN_DEBUG_DELAY_S (tests only): work that holds a compute slot this long
@@ -130,9 +128,9 @@ class InferenceService:
                 job = model.prepare(ctx, decoded, Timing())
                 return job.then(lambda result: encode_response(model.name, MODEL_VERSION, decoded, result))
 
-            response: pb.ModelInferResponse = await plane.scheduler.run(nbytes, prepare, reserved_bytes=lease.held)
+            held = lease.held
+            response: pb.ModelInferResponse = await plane.scheduler.run(message.nbytes, prepare, reserved_bytes=held)
             return response
         finally:
             admission.leave()
-            release_after(nbytes)  # the message is freed: trim if it was large
             lease.release()
