@@ -4,7 +4,8 @@
     python bench/bench_grpc_edges.py unauthenticated [--clients 64] [--mb 30]
     python bench/bench_grpc_edges.py all
 
-Each command starts ``python -m service serve`` with gRPC on (numpy only; the defaults: a 1 GiB memory budget,
+It prints first what runs it (CPU, cores, versions, the BLAS kernel, the load average). Each command starts
+``python -m service serve`` with gRPC on (numpy only; the defaults: a 1 GiB memory budget,
 32 MiB bodies) and an API key, warms it up, and prints JSON lines: the idle RSS (VmRSS, MiB) after warm-up, the
 peak (VmHWM) against the budget plus 400 MiB, the idle RSS 6 s after the burst, and the answers by status.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 from collections import Counter
 from typing import Any
@@ -28,6 +30,7 @@ import numpy as np
 from bench_edges import MB, Server, binary_infer, post_many, shape_for  # bench/ is on sys.path: run as a script
 from grpc import aio
 from ports import free_port
+from timing import machine
 
 from service.grpc.generated import inference_pb2 as pb
 from service.grpc.generated import inference_pb2_grpc as pb_grpc
@@ -138,10 +141,12 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=None)
     parser.add_argument("--mb", type=float, default=30.0)
     args = parser.parse_args()
+    emit(command="machine", **machine())
     for name in COMMANDS if args.command == "all" else [args.command]:
         fn, clients = COMMANDS[name]
         args.clients = clients if args.clients is None or args.command == "all" else args.clients
         fn(args)
+    emit(command="load-after", load=[round(x, 2) for x in os.getloadavg()])
 
 
 if __name__ == "__main__":

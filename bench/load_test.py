@@ -63,6 +63,7 @@ from typing import Any
 import httpx
 import numpy as np
 from ports import free_port  # bench/ is on sys.path: run as a script
+from timing import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 LUA = ROOT / "bench" / "load_mix.lua"
@@ -358,7 +359,7 @@ def main() -> int:
     growth = rss["end"] / rss["after_warmup"] - 1
     report = {
         "machine": {
-            "cpus": os.cpu_count(),
+            **machine(),
             "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in load_after],
         },
