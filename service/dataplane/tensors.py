@@ -141,10 +141,19 @@ def finite_as(arr: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
 
 
 def float_mask_as(mask: np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
-    """A float mask in the compute dtype, finite or -inf (a masked position); a bool mask as it is."""
+    """A float mask in the compute dtype, finite or -inf (a masked position); a bool mask as it is.
+
+    A finite value the cast turns infinite (``-1e39`` in float32) is refused, named with its value: taken as
+    ``-inf`` it would mask its position, and a row of them would become a fully masked row (zeros) where the
+    contract's arithmetic gives weights.
+    """
     if mask is None or mask.dtype == bool:
         return mask
     with np.errstate(over="ignore"):
-        mask = np.asarray(mask, dtype=dtype)
-    check_finite(mask, "mask", allow_neg_inf=True)
-    return mask
+        out = np.asarray(mask, dtype=dtype)
+    if out is not mask and out.dtype.kind == "f" and not _all(np.isfinite(out), axis=None):
+        overflowed = np.isfinite(mask) & ~np.isfinite(out)
+        if overflowed.any():
+            cast_checked(np.where(overflowed, mask, 0), dtype, "mask")  # names the first value the cast overflowed
+    check_finite(out, "mask", allow_neg_inf=True)
+    return out

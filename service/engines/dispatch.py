@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import cast
 
+from service.core.attention import ScoreOverflow, explain_score_overflow
 from service.core.backward import BackwardResult, BackwardTask
 from service.core.errors import InvalidInput, NumericalError
 from service.core.types import AttentionResult, AttentionTask
@@ -283,6 +284,9 @@ class EngineDispatcher:
         engine, choice = self.select(task, requested, admit)
         try:
             return _runner(engine, task)(), choice
+        except ScoreOverflow as exc:  # the engines' cheap check found it; name the score and the cause
+            forward = task.task if isinstance(task, BackwardTask) else task
+            raise explain_score_overflow(exc, forward.inputs, forward.params, forward.dtype) from None
         except (InvalidInput, NumericalError):
             raise
         except Exception as exc:

@@ -183,7 +183,7 @@ def json_error(body: bytes, exc: orjson.JSONDecodeError) -> ProblemError:
     """The 422 for a body orjson refused; a NaN, an Infinity or a number beyond float64 is named by its field."""
     found = jsonerrors.locate_bad_number(body, exc)
     if found is None:
-        msg = f"the body is not valid JSON: {exc}"
+        msg = f"the body is not valid JSON: {jsonerrors.describe_syntax_error(body, exc)}"
         return ProblemError(422, msg, errors=[{"loc": ["body"], "msg": msg}])
     path, text, _ = found
     msg = f"the body is not valid JSON: {jsonerrors.format_path(path)} {jsonerrors.describe_bad_number(text)}"

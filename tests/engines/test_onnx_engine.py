@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,12 +14,14 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.core.errors import InvalidInput
+from service.core.attention import check_dims
+from service.core.errors import InvalidInput, NumericalError
 from service.core.types import AttentionInputs, AttentionParams, AttentionTask
 from service.engines.base import Engine
 from service.engines.dispatch import EngineDispatcher, EngineNotReady
 from service.engines.numpy_engine import NumpyEngine
 from service.engines.onnx_engine import PREFERRED_PROVIDERS, OnnxEngine, choose_providers, verify_models
+from service.engines.onnx_engine.forward import forward_result
 from service.export import DEFAULT_MODELS_DIR, MANIFEST_NAME
 
 
@@ -279,3 +282,20 @@ def test_concurrent_requests_share_sessions(engine: OnnxEngine) -> None:
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g.output, w.output, atol=1e-5, rtol=1e-5)
         np.testing.assert_allclose(g.weights, w.weights, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("got", "says"),
+    [
+        (np.inf, "the attention output overflows float32 (a weighted mean of the values beyond 3.4e+38"),
+        (np.nan, "the attention output is not finite: the scores overflow float32"),
+    ],
+)
+def test_an_output_overflow_is_named_as_the_numpy_engine_names_it(got: float, says: str) -> None:
+    """Issue 28 item 4: an infinite output from finite weights is the output's overflow, not the scores'."""
+    q = np.ones((1, 2), dtype=np.float32)
+    task = AttentionTask(AttentionInputs(q, q, q), AttentionParams(), np.float32, need_weights=False)
+    dims = check_dims((1, 1, 1, 2), (1, 1, 1, 2), (1, 1, 1, 2))
+    fetched = {"output": np.full((1, 1, 1, 2), got, dtype=np.float32)}
+    with pytest.raises(NumericalError, match=re.escape(says)):
+        forward_result(task, fetched, dims, None, np.ones((1, 1, 1), dtype=np.int64))

@@ -20,11 +20,18 @@ def widened_factor(factor: float | np.floating, dtype: np.dtype | type) -> bool:
     return bool(np.asarray(factor).dtype != np.dtype(dtype))
 
 
-def overflow_error(dtype: np.dtype | type, what: str = "the scores") -> NumericalError:
+class ScoreOverflow(NumericalError):
+    """Scores that are not finite at a position no mask removes, found by the cheap check where they are formed;
+    :func:`service.core.attention.overflow.explain_score_overflow` finds which and why (the engines' dispatch
+    raises that instead).
+    """
+
+
+def overflow_error(dtype: np.dtype | type, what: str = "the scores") -> ScoreOverflow:
     """The 422 for a result that does not fit the compute dtype (never a silent dead row or a null)."""
     name = np.dtype(dtype).name
     hint = "retry with precision float64 or smaller inputs" if name != "float64" else "use smaller inputs"
-    return NumericalError(
+    return ScoreOverflow(
         f"{what} overflow {name} (|(scale * q.k + bias) / temperature| > {float(np.finfo(dtype).max):.3g} at a "
         f"position no mask removes); {hint}",
         remedies=wider_remedies(name, "smaller_inputs"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.core.attention import Dims, check_live_rows, check_scores_finite, overflow_error
+from service.core.attention import Dims, check_live_rows, check_scores_finite, output_overflow_error, overflow_error
 from service.core.types import AttentionResult, AttentionTask
 
 
@@ -39,8 +39,10 @@ def forward_result(
         output[empty] = 0
         if weights is not None:
             weights[empty] = 0
-    if not np.isfinite(output).all():
-        raise overflow_error(dtype, "the attention output is not finite: the scores")
+    if not np.isfinite(output).all():  # as the numpy engine: NaN from scores that overflowed, else the output itself
+        if np.isnan(output).any():
+            raise overflow_error(dtype, "the attention output is not finite: the scores")
+        raise output_overflow_error(dtype)
     if not task.need_weights:
         weights = None
     lead = inputs.query.shape[:-1]

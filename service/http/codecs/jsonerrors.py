@@ -121,3 +121,50 @@ def format_path(path: Path) -> str:
     if index:
         out += f"[{', '.join(index)}]"
     return out or "the body"
+
+
+_NUMBER_START = frozenset(b"+-.0123456789")
+_NUMBER_BYTES = _NUMBER_START | frozenset(b"eE")
+SHOWN_TOKEN = 32
+"""A malformed number is shown by at most this many characters."""
+
+
+def _written_as(token: str) -> str | None:
+    """How a number JSON refuses should be written, or None when ``token`` is not such a number."""
+    body = token.lstrip("+-")
+    sign = "-" if token.startswith("-") else ""
+    if token.startswith("+") and body[:1].isdigit():
+        return f"JSON numbers have no plus sign (write {body})"
+    if body.startswith("."):
+        return f"JSON numbers start with a digit (write {sign}0{body})"
+    if len(body) > 1 and body[0] == "0" and body[1].isdigit():
+        digits = body.lstrip("0")
+        return f"JSON numbers have no leading zeros (write {sign}{'0' if digits[:1] in ('', '.') else ''}{digits})"
+    mantissa = body.split("e")[0].split("E")[0]
+    if mantissa.endswith("."):
+        return f"JSON needs a digit after the decimal point (write {sign}{mantissa}0{body[len(mantissa) :]})"
+    if body[-1:] in ("e", "E", "+", "-"):
+        return "JSON needs digits after the exponent"
+    if not body:
+        return "a sign must be followed by digits"
+    return None
+
+
+def describe_syntax_error(body: bytes, exc: orjson.JSONDecodeError) -> str:
+    """Orjson's message, and where it stopped in a number JSON does not allow (``.5``, ``+1``, ``01``, ``1.``), that
+    number and how JSON writes it: orjson's own words for ``.5`` are "no digit after sign".
+    """
+    data = bytes(body)
+    start = exc.pos
+    while start > 0 and data[start - 1] in _NUMBER_BYTES:
+        start -= 1
+    end = exc.pos
+    while end < len(data) and data[end] in _NUMBER_BYTES:
+        end += 1
+    token = data[start:end].decode("ascii")
+    if not token or token[0] not in "+-.0123456789" or (advice := _written_as(token)) is None:
+        return str(exc)
+    shown = token if len(token) <= SHOWN_TOKEN else token[:SHOWN_TOKEN] + "..."
+    line = data.count(b"\n", 0, start) + 1
+    column = start - (data.rfind(b"\n", 0, start) + 1) + 1
+    return f"{shown!r} at line {line} column {column} is not a JSON number: {advice}"

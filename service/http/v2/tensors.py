@@ -83,7 +83,7 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], 
             where = _json_path(path, document)
             return bad(f"the inference request is not valid JSON: {where} {jsonerrors.describe_bad_number(text)}")
         hint = " (is Inference-Header-Content-Length right?)" if header_length is not None else ""
-        return bad(f"the inference request is not valid JSON{hint}: {exc}")
+        return bad(f"the inference request is not valid JSON{hint}: {jsonerrors.describe_syntax_error(header, exc)}")
 
     obj = jsonbody.parse_infer_request(header, invalid)
     if not isinstance(obj, dict):
