@@ -65,8 +65,15 @@ class TensorSpec:
     description: str = ""
 
     def metadata(self) -> dict[str, Any]:
-        """The protocol's ``$metadata_tensor`` (variable dimensions are -1), plus the other datatypes accepted."""
+        """The protocol's ``$metadata_tensor``, plus what its one shape cannot say.
+
+        ``shape`` has the largest rank taken, every dimension variable (-1): a client that builds its inputs from
+        it sends that rank, which every input takes. ``ranks`` lists every rank taken (smaller ranks mean leading
+        axes of size 1), ``datatypes`` every datatype; neither is in the protocol's schema (nor in gRPC's
+        ``TensorMetadata``, which has no room for them: the gRPC guide lists them).
+        """
         meta: dict[str, Any] = {"name": self.name, "datatype": self.datatypes[0], "shape": [-1] * self.max_rank}
+        meta["ranks"] = list(range(self.min_rank, self.max_rank + 1))
         if len(self.datatypes) > 1:
             meta["datatypes"] = list(self.datatypes)
         if self.optional:

@@ -129,9 +129,9 @@ def test_model_metadata(client, path: str) -> None:
     meta = client.get(path).json()
     assert meta["name"] == "attention" and meta["versions"] == ["1"] and meta["platform"]
     inputs = {t["name"]: t for t in meta["inputs"]}
-    assert inputs["query"]["datatype"] == "FP32" and inputs["query"]["datatypes"] == ["FP32", "FP64"]
+    assert inputs["query"]["datatype"] == "FP32" and inputs["query"]["datatypes"] == ["FP32", "FP64", "FP16"]
     assert inputs["query"]["shape"] == [-1, -1, -1, -1]
-    assert inputs["mask"]["datatypes"] == ["BOOL", "FP32", "FP64"] and inputs["mask"]["optional"]
+    assert inputs["mask"]["datatypes"] == ["BOOL", "FP32", "FP64", "FP16"] and inputs["mask"]["optional"]
     assert inputs["key_lengths"] == {**inputs["key_lengths"], "datatype": "INT64", "shape": [-1]}
     assert [t["name"] for t in meta["outputs"]] == ["output", "weights", "scores"]
     assert {"normalizer", "alpha", "causal", "scale", "temperature", "engine"} <= set(meta["parameters"])
@@ -351,7 +351,7 @@ def test_tensor_errors_from_the_core_are_400(client) -> None:
     assert_error(post(client, body, headers), 400, "finite")
     mixed = [inputs[0], *qkv_inputs((1, 1, 2, 2))[1:]]
     body, headers = binary_request(mixed)
-    assert_error(post(client, body, headers), 400, "share one datatype")
+    assert_error(post(client, body, headers), 400, "must share one precision (FP64, or FP32 and FP16), got FP32, FP64")
 
 
 def test_too_much_work_is_413(client) -> None:

@@ -65,7 +65,10 @@ def test_refusals_have_the_protocols_status_and_rests_message(server: GrpcServer
     err = refusal(
         lambda: client.infer("attention", inputs(datatype="FP64", arr=Q.astype(np.float64))[:2] + inputs(("value",)))
     )
-    assert err.status() == "StatusCode.INVALID_ARGUMENT" and "must share one datatype" in err.message()
+    assert (
+        err.status() == "StatusCode.INVALID_ARGUMENT"
+        and "must share one precision (FP64, or FP32 and FP16)" in err.message()
+    )
     err = refusal(lambda: client.infer("nope", inputs()))
     assert err.status() == "StatusCode.NOT_FOUND" and "unknown model 'nope'" in err.message()
     err = refusal(lambda: client.infer("attention", inputs(), model_version="7"))

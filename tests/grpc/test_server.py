@@ -127,7 +127,7 @@ def test_malformed_messages_are_refused_naming_the_input() -> None:
     typed.inputs.add(name="query", datatype="FP32", shape=[1, 2, 4]).contents.fp32_contents.extend([1.0] * 7)
     assert refused(typed) == "input 'query': fp32_contents has 7 values but shape [1, 2, 4] needs 8"
     bad_type = raw_request({"query": Q}, datatype="INT8")
-    assert refused(bad_type) == "input 'query' has datatype 'INT8'; it takes FP32 or FP64"
+    assert refused(bad_type) == "input 'query' has datatype 'INT8'; it takes FP32 or FP64 or FP16"
     unknown = raw_request({"queries": Q})
     assert "model 'attention' has no input 'queries'" in refused(unknown)
     request = raw_request({"query": Q, "key": Q, "value": Q})

@@ -19,6 +19,8 @@ from service.dataplane.inference import InferRequest, InferResult, TensorSpec
 from service.dataplane.models.base import (
     COMMON_PARAMETERS,
     FLOAT,
+    FLOAT_IN,
+    INDEX,
     MASK,
     Model,
     flag,
@@ -91,12 +93,13 @@ ATTENTION = Model(
     description=(
         "Scaled dot-product attention: scores = scale * Q K^T, plus the mask bias, divided by the "
         "temperature, normalized over the keys, output = A V. query (B, Hq, L, E), key (B, Hkv, S, E), value "
-        "(B, Hkv, S, Ev); ranks 2 and 3 mean leading axes of size 1. FP64 inputs compute in float64."
+        "(B, Hkv, S, Ev); ranks 2 and 3 mean leading axes of size 1. FP64 inputs compute in float64, FP32 and "
+        "FP16 in float32 (outputs FP32)."
     ),
     inputs=(
-        TensorSpec("query", FLOAT, description="(B, Hq, L, E), (H, L, E) or (L, E)"),
-        TensorSpec("key", FLOAT, description="(B, Hkv, S, E) with Hq % Hkv == 0; the query's datatype"),
-        TensorSpec("value", FLOAT, description="(B, Hkv, S, Ev); the query's datatype"),
+        TensorSpec("query", FLOAT_IN, description="(B, Hq, L, E), (H, L, E) or (L, E)"),
+        TensorSpec("key", FLOAT_IN, description="(B, Hkv, S, E) with Hq % Hkv == 0; the query's precision"),
+        TensorSpec("value", FLOAT_IN, description="(B, Hkv, S, Ev); the query's precision"),
         TensorSpec(
             "mask",
             MASK,
@@ -106,7 +109,7 @@ ATTENTION = Model(
         ),
         TensorSpec(
             "key_lengths",
-            ("INT64",),
+            INDEX,
             min_rank=1,
             max_rank=1,
             optional=True,
@@ -189,9 +192,9 @@ ATTENTION_BACKWARD = Model(
     ),
     inputs=(
         *ATTENTION.inputs,
-        TensorSpec("grad_output", FLOAT, description="the output's shape: query.shape[:-1] + (Ev,)"),
+        TensorSpec("grad_output", FLOAT_IN, description="the output's shape: query.shape[:-1] + (Ev,)"),
         TensorSpec(
-            "grad_weights", FLOAT, optional=True, description="the weights' shape: query.shape[:-1] + (S,); optional"
+            "grad_weights", FLOAT_IN, optional=True, description="the weights' shape: query.shape[:-1] + (S,); optional"
         ),
     ),
     outputs=(

@@ -25,7 +25,14 @@ from service.dataplane.timing import Timing
 MODEL_VERSION = "1"
 PLATFORM = "attention_service"
 FLOAT = ("FP32", "FP64")
-MASK = ("BOOL", "FP32", "FP64")
+"""The datatypes of float outputs: the compute precision's."""
+FLOAT_IN = ("FP32", "FP64", "FP16")
+"""The datatypes of float inputs: FP16 computes in float32 (as /v1's float16 tensors), and its outputs are FP32."""
+MASK = ("BOOL", "FP32", "FP64", "FP16")
+INDEX = ("INT64", "INT32")
+"""The datatypes of integer inputs (lengths, token ids, labels): Triton's users often send INT32."""
+PRECISIONS = {"FP16": "float32", "FP32": "float32", "FP64": "float64"}
+"""The compute precision each float input datatype asks for."""
 
 Prepare = Callable[[Context, InferRequest, Timing], Job[InferResult]]
 M = TypeVar("M", bound=BaseModel)
@@ -101,11 +108,15 @@ def _plain(obj: Any) -> Any:
 
 
 def precision_of(request: InferRequest, names: Sequence[str]) -> str:
-    """The compute precision: FP64 inputs compute in float64, FP32 in float32; the inputs must agree."""
+    """The compute precision: FP64 inputs compute in float64, FP32 and FP16 in float32; the inputs must agree on it
+    (FP16 beside FP32 is one precision: both compute in float32).
+    """
     types = {request.datatypes[n] for n in names}
-    if len(types) > 1:
-        raise bad(f"inputs {', '.join(names)} must share one datatype, got {', '.join(sorted(types))}")
-    return "float64" if types == {"FP64"} else "float32"
+    precisions = {PRECISIONS[t] for t in types}
+    if len(precisions) > 1:
+        given = ", ".join(sorted(types))
+        raise bad(f"inputs {', '.join(names)} must share one precision (FP64, or FP32 and FP16), got {given}")
+    return precisions.pop()
 
 
 def option_fields(request: InferRequest, model: Model, names: Sequence[str]) -> dict[str, Any]:

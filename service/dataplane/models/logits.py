@@ -17,6 +17,8 @@ from service.dataplane.inference import InferRequest, InferResult, TensorSpec, b
 from service.dataplane.models.base import (
     COMMON_PARAMETERS,
     FLOAT,
+    FLOAT_IN,
+    INDEX,
     MASK,
     Model,
     flag,
@@ -74,7 +76,7 @@ SOFTMAX = Model(
     description="Normalizes logits along one axis: (logits + float mask) / temperature, then the normalizer; "
     "a BOOL mask removes positions.",
     inputs=(
-        TensorSpec("logits", FLOAT, min_rank=1, description="any rank 1 to 4"),
+        TensorSpec("logits", FLOAT_IN, min_rank=1, description="any rank 1 to 4"),
         TensorSpec(
             "mask",
             MASK,
@@ -171,10 +173,10 @@ SAMPLE = Model(
         "distribution (Philox generator, seed in the parameters). FP64 logits compute in float64."
     ),
     inputs=(
-        TensorSpec("logits", FLOAT, min_rank=1, max_rank=2, description="(V,) or (N, V)"),
+        TensorSpec("logits", FLOAT_IN, min_rank=1, max_rank=2, description="(V,) or (N, V)"),
         TensorSpec(
             "previous_tokens",
-            ("INT64",),
+            INDEX,
             min_rank=1,
             max_rank=2,
             optional=True,
@@ -238,8 +240,8 @@ CALIBRATE = Model(
         "parameters carry bounded and the reliability bins (JSON text)."
     ),
     inputs=(
-        TensorSpec("logits", FLOAT, min_rank=2, max_rank=2, description="(N, C)"),
-        TensorSpec("labels", ("INT64",), min_rank=1, max_rank=1, description="(N,) class indices in [0, C)"),
+        TensorSpec("logits", FLOAT_IN, min_rank=2, max_rank=2, description="(N, C)"),
+        TensorSpec("labels", INDEX, min_rank=1, max_rank=1, description="(N,) class indices in [0, C)"),
     ),
     outputs=(
         TensorSpec("temperature", ("FP64",), min_rank=1, max_rank=1, description="(1,) the fitted T"),
