@@ -32,6 +32,7 @@ def test_the_service_is_the_protocols() -> None:
         "ServerMetadata",
         "ModelMetadata",
         "ModelInfer",
+        "ModelStatistics",
     ]
     fields = {f.name: f.number for f in pb.ModelInferRequest.DESCRIPTOR.fields}
     assert fields == {
@@ -45,3 +46,33 @@ def test_the_service_is_the_protocols() -> None:
     }
     params = {f.name: f.number for f in pb.InferParameter.DESCRIPTOR.fields}
     assert params == {"bool_param": 1, "int64_param": 2, "string_param": 3, "double_param": 4, "uint64_param": 5}
+
+
+def test_the_statistics_messages_are_tritonclients() -> None:
+    """ModelStatistics' messages: every field as tritonclient's stubs have it (name, number, type), so its
+    ``get_inference_statistics()`` reads the answer; tritonclient's newer fields (memory usage, response
+    statistics) are left out.
+    """
+    from tritonclient.grpc import service_pb2 as triton
+
+    from service.grpc.generated import inference_pb2 as pb
+
+    def fields(message: object) -> dict[str, tuple[int, int, str]]:
+        return {
+            f.name: (f.number, f.type, f.message_type.name if f.message_type else "")
+            for f in message.DESCRIPTOR.fields  # type: ignore[attr-defined]
+        }
+
+    for name in (
+        "ModelStatisticsRequest",
+        "ModelStatisticsResponse",
+        "ModelStatistics",
+        "InferStatistics",
+        "StatisticDuration",
+        "InferBatchStatistics",
+    ):
+        ours, theirs = fields(getattr(pb, name)), fields(getattr(triton, name))
+        assert ours == {k: theirs[k] for k in ours}, name
+    assert set(fields(triton.ModelStatistics)) - set(fields(pb.ModelStatistics)) == {"memory_usage", "response_stats"}
+    method = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name["ModelStatistics"]
+    assert (method.input_type.name, method.output_type.name) == ("ModelStatisticsRequest", "ModelStatisticsResponse")

@@ -65,6 +65,11 @@ class GRPCInferenceServiceStub:
                 request_serializer=inference__pb2.ModelInferRequest.SerializeToString,
                 response_deserializer=inference__pb2.ModelInferResponse.FromString,
                 _registered_method=True)
+        self.ModelStatistics = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelStatistics',
+                request_serializer=inference__pb2.ModelStatisticsRequest.SerializeToString,
+                response_deserializer=inference__pb2.ModelStatisticsResponse.FromString,
+                _registered_method=True)
 
 
 class GRPCInferenceServiceServicer:
@@ -112,6 +117,13 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelStatistics(self, request, context):
+        """The cumulative inference statistics of one model, or of every model (the statistics extension).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GRPCInferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -144,6 +156,11 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelInfer,
                     request_deserializer=inference__pb2.ModelInferRequest.FromString,
                     response_serializer=inference__pb2.ModelInferResponse.SerializeToString,
+            ),
+            'ModelStatistics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelStatistics,
+                    request_deserializer=inference__pb2.ModelStatisticsRequest.FromString,
+                    response_serializer=inference__pb2.ModelStatisticsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -308,6 +325,33 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/ModelInfer',
             inference__pb2.ModelInferRequest.SerializeToString,
             inference__pb2.ModelInferResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStatistics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelStatistics',
+            inference__pb2.ModelStatisticsRequest.SerializeToString,
+            inference__pb2.ModelStatisticsResponse.FromString,
             options,
             channel_credentials,
             insecure,
