@@ -1,5 +1,5 @@
 """One process's data plane: its engines, admission, memory budget (and the request bodies' share of it),
-scheduler and the operations' context.
+scheduler, the operations' context and the inference statistics.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from service.dataplane.memory import MemoryBudget
 from service.dataplane.models import Model, find_model
 from service.dataplane.runtime import Runtime
 from service.dataplane.scheduling import Scheduler, SchedulerObserver
+from service.dataplane.statistics import InferenceStatistics, StatisticsStore
 from service.engines.base import Engine
 from service.engines.dispatch import EngineDispatcher
 from service.settings import Settings
 
 
-class Observer(SchedulerObserver, EngineObserver, Protocol):
-    """Everything the data plane reports (the service's metrics implement it)."""
+class Observer(SchedulerObserver, EngineObserver, StatisticsStore, Protocol):
+    """Everything the data plane reports (the service's metrics implement it), and the statistics it reads back."""
 
     def admission_changed(self, computing: int, queued: int) -> None: ...
 
@@ -60,6 +61,8 @@ class DataPlane:
             inline_max_work_flops=s.inline_max_work_flops,
             observer=observer,
         )
+        self.statistics = InferenceStatistics(observer)
+        """The statistics extension: the inference requests of both front ends, counted in the observer's metrics."""
         self.api_keys = ApiKeys([key.get_secret_value() for key in s.api_keys]) if s.api_keys else None
         self.auth_exempt = frozenset(s.auth_exempt_paths)
         """REST paths and gRPC methods (``/package.Service/Method``) served without a key (probes, scrapes)."""

@@ -105,10 +105,18 @@ class Scheduler:
         self.inline_max_work_flops = inline_max_work_flops
         self.observer = observer
 
-    async def run(self, body_bytes: int, prepare: Callable[[], Job[T]], *, reserved_bytes: int = 0) -> T:
+    async def run(
+        self,
+        body_bytes: int,
+        prepare: Callable[[], Job[T]],
+        *,
+        reserved_bytes: int = 0,
+        waited: Callable[[float], None] | None = None,
+    ) -> T:
         """Prepare and run one request's work (module docstring); its result, or the error it raised.
 
-        ``reserved_bytes``: how much of the body the front end already holds on the memory budget.
+        ``reserved_bytes``: how much of the body the front end already holds on the memory budget; ``waited``
+        is told how long the work waited for a compute slot (not called for work run on the event loop).
         """
         unreserved = max(0, body_bytes - reserved_bytes)
         if body_bytes <= self.inline_max_body_bytes:
@@ -117,11 +125,20 @@ class Scheduler:
                 with MemoryLease(self.memory, wait=False) as lease:
                     lease.reserve(unreserved + job.memory_bytes)
                     return job.run(lease)
-            return await self.in_thread(body_bytes, lambda: job, reserved_bytes=reserved_bytes)
-        return await self.in_thread(body_bytes, prepare, reserved_bytes=reserved_bytes)
+            return await self.in_thread(body_bytes, lambda: job, reserved_bytes=reserved_bytes, waited=waited)
+        return await self.in_thread(body_bytes, prepare, reserved_bytes=reserved_bytes, waited=waited)
 
-    async def in_thread(self, body_bytes: int, prepare: Callable[[], Job[T]], *, reserved_bytes: int = 0) -> T:
-        """Prepare and run the work in a worker thread, holding a compute slot (``reserved_bytes``: see :meth:`run`)."""
+    async def in_thread(
+        self,
+        body_bytes: int,
+        prepare: Callable[[], Job[T]],
+        *,
+        reserved_bytes: int = 0,
+        waited: Callable[[float], None] | None = None,
+    ) -> T:
+        """Prepare and run the work in a worker thread, holding a compute slot (``reserved_bytes``, ``waited``: see
+        :meth:`run`).
+        """
         unreserved = max(0, body_bytes - reserved_bytes)
 
         def work() -> T:
@@ -135,9 +152,11 @@ class Scheduler:
         if admission is None:
             return await anyio.to_thread.run_sync(work)
         try:
-            async with admission.computing() as waited:
+            async with admission.computing() as seconds:
                 if self.observer is not None:
-                    self.observer.queue_waited(waited)
+                    self.observer.queue_waited(seconds)
+                if waited is not None:
+                    waited(seconds)
                 # Not abandoned on cancellation: the slot stays held until the thread's work really ends.
                 return await until_done(anyio.to_thread.run_sync(work))
         except Overloaded as exc:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection
+import time
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Summary,
     disable_created_metrics,
     gc_collector,
     generate_latest,
@@ -32,6 +34,7 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from service.observability.multiproc import check_metrics_room
+from service.observability.statistics import LAST_SUCCESS, PHASE_NAMES, PHASES, REQUESTS, ModelTotals, read_totals
 
 logger = logging.getLogger("service.metrics")
 
@@ -177,8 +180,32 @@ class ServiceMetrics:
             multiprocess_mode="livemin",  # 0 when any live worker lacks the engine
             registry=r,
         )
+        # The statistics extension's numbers (service.observability.statistics), by model: /v2 and gRPC inference.
+        self.inference_requests = Summary(
+            REQUESTS,
+            "Inference requests (/v2 and gRPC) by model and outcome (success or fail), and their time from the model "
+            "taking the request (body or message read) to its encoded answer or its error.",
+            ["model", "outcome"],
+            registry=r,
+        )
+        self.inference_phases = Counter(
+            PHASES,
+            "Time the successful inference requests spent waiting for a compute slot (queue), decoding their tensors "
+            "(compute_input), computing (compute_infer) and encoding their answer (compute_output), by model.",
+            ["model", "phase"],
+            registry=r,
+        )
+        self.inference_last_success = Gauge(
+            LAST_SUCCESS,
+            "When the model's last successful inference request ended (Unix time; the latest of all workers').",
+            ["model"],
+            multiprocess_mode="max",
+            registry=r,
+        )
         self._request_children: dict[tuple[str, str, str, str, int | str], tuple[Any, Any, Any, Any]] = {}
         self._compute: dict[tuple[str, str, str, str], Any] = {}
+        self._inference: dict[str, tuple[Any, Any, tuple[Any, ...], Any]] = {}
+        self._last_success_ms: dict[str, int] = {}
         for reason in REJECT_REASONS:
             self.rejected.labels(reason)  # exported at 0, so rate() works from the first scrape
 
@@ -244,6 +271,36 @@ class ServiceMetrics:
         if histogram is None:  # labels() takes a lock and validates its arguments: once per series, not per run
             histogram = self._compute[key] = self.engine_compute.labels(*key)
         histogram.observe(seconds)
+
+    def inference_ended(self, model: str, seconds: Mapping[str, float]) -> None:
+        """One inference request of ``model`` ended: ``seconds`` has ``success`` and each phase's time (an
+        answered request) or ``fail`` alone (statistics extension).
+        """
+        children = self._inference.get(model)
+        if children is None:  # labels() takes a lock and validates its arguments: once per model
+            children = self._inference[model] = (
+                self.inference_requests.labels(model, "success"),
+                self.inference_requests.labels(model, "fail"),
+                tuple(self.inference_phases.labels(model, phase) for phase in PHASE_NAMES),
+                self.inference_last_success.labels(model),
+            )
+        failed = seconds.get("fail")
+        if failed is not None:
+            children[1].observe(failed)
+            return
+        children[0].observe(seconds["success"])
+        for phase, child in zip(PHASE_NAMES, children[2], strict=True):
+            child.inc(seconds.get(phase, 0.0))
+        now = time.time()
+        ms = int(now * 1e3)
+        if ms != self._last_success_ms.get(model):  # the statistics say milliseconds: one write per millisecond
+            self._last_success_ms[model] = ms
+            children[3].set(now)
+
+    def inference_totals(self) -> dict[str, ModelTotals]:
+        """The statistics extension's totals by model, of every worker in multiprocess mode."""
+        collectors = (self.inference_requests, self.inference_phases, self.inference_last_success)
+        return read_totals(collectors, self.multiprocess)
 
     def exposition(self) -> bytes:
         """The text format of every metric (of all workers in multiprocess mode)."""
