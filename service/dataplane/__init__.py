@@ -18,6 +18,7 @@ in here and encodes the answer; nothing here imports a web or RPC framework or a
 - ``runtime``: the engines' start-up and readiness;
 - ``auth``: API keys;
 - ``timing``: the phases of a request (``timing_ms``, spans);
+- ``statistics``: the statistics extension: each inference request timed and counted, Triton's answer;
 - ``errors``: :class:`~service.dataplane.errors.ServiceError`, one error type with a kind.
 """
 
