@@ -244,6 +244,41 @@ def test_no_module_uses_another_modules_private_names() -> None:
     assert not problems, report(problems)
 
 
+# ------------------------------------------------------------------------------------------- declared members
+
+PROBED = ("engine", "engines", "fallback", "first", "onnx", "settings")
+"""Names that hold an engine or the settings: what is asked of them is declared (service/engines/base.py), never
+probed with ``getattr`` (issue 29 item 2)."""
+
+
+def probes(module: ast.Module) -> Iterator[tuple[int, str]]:
+    """``getattr(x, ...)`` and ``hasattr(x, ...)`` where ``x`` names an engine or the settings."""
+    for node in ast.walk(module):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
+            continue
+        if node.func.id not in ("getattr", "hasattr"):
+            continue
+        target = node.args[0]
+        name = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else ""
+        if name in PROBED:
+            yield node.lineno, f"{node.func.id}({ast.unparse(target)}, ...)"
+
+
+def test_engines_and_settings_are_not_probed_with_getattr() -> None:
+    problems = [
+        f"{rel(path)}:{line}: {what}" for path in HANDWRITTEN for line, what in probes(ast.parse(path.read_text()))
+    ]
+    assert not problems, report(problems)
+
+
+def test_the_probe_walk_finds_probes() -> None:
+    source = "getattr(engine, 'cost', None)\nhasattr(self.settings, 'x')\ngetattr(record, 'request_id')\n"
+    assert [what for _, what in probes(ast.parse(source))] == [
+        "getattr(engine, ...)",
+        "hasattr(self.settings, ...)",
+    ]
+
+
 def test_the_privacy_walk_finds_private_names() -> None:
     source = """
 from . import forward, _shared

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.engines.base import Engine, public_reason
+from service.engines.base import Closable, Engine, Fallible, Startable, public_reason
 from service.settings import Settings
 
 logger = logging.getLogger("service")
@@ -95,7 +95,7 @@ class Runtime:
         serves every request on the engines that did start (docs/concepts/engines.md, "Degraded mode").
         """
         required = {"numpy"}
-        if getattr(self.settings, "onnx_required", False):
+        if self.settings.onnx_required:
             required.add("onnx")
         return frozenset(required)
 
@@ -105,8 +105,8 @@ class Runtime:
         for name, engine in self.engines.items():
             if name in self._start_errors:
                 failed[name] = self._start_errors[name]
-            elif getattr(engine, "failed", False):
-                reason = getattr(engine, "failure", None) or getattr(engine, "not_ready_reason", None)
+            elif isinstance(engine, Fallible) and engine.failed:
+                reason = engine.failure or engine.not_ready_reason
                 failed[name] = public_reason(str(reason or "start-up failed"))
         return failed
 
@@ -119,9 +119,9 @@ class Runtime:
         """
         errors = []
         for engine in self.engines.values():
-            start = getattr(engine, "start", None)
-            if not callable(start):
+            if not isinstance(engine, Startable):
                 continue
+            start = engine.start
             t0 = time.perf_counter()
             try:
                 start()
@@ -130,8 +130,8 @@ class Runtime:
                 self._start_errors[engine.name] = public_reason(f"{type(exc).__name__}: {exc}")
                 self._log_failure(engine.name, f"{type(exc).__name__}: {exc}", exc_info=True)
                 continue
-            if getattr(engine, "failed", False):
-                detail = getattr(engine, "failure_detail", None) or getattr(engine, "not_ready_reason", None)
+            if isinstance(engine, Fallible) and engine.failed:
+                detail = engine.failure_detail or engine.not_ready_reason
                 self._log_failure(engine.name, str(detail))
                 continue
             logger.info(
@@ -167,10 +167,9 @@ class Runtime:
         """Release what engines hold (thread pools, sessions) at shutdown."""
         self.startup_done.wait(timeout=60)
         for engine in self.engines.values():
-            close = getattr(engine, "close", None)
-            if callable(close):
+            if isinstance(engine, Closable):
                 try:
-                    close()
+                    engine.close()
                 except Exception:
                     logger.exception("closing engine %s failed", engine.name)
 

@@ -1,4 +1,13 @@
-"""The protocol every engine implements."""
+"""The protocol every engine implements, and the optional capabilities the dispatcher, the runtime and the front
+ends ask of some engines, each a protocol checked with ``isinstance`` (never ``getattr``).
+
+- :class:`Engine`: what every engine has (name, provider, readiness, ``run``, ``describe``);
+- :class:`BackwardEngine`: the backward pass;
+- :class:`Startable`: loads and warms up at start-up; :class:`Closable`: releases what it holds at shutdown;
+- :class:`Fallible`: a start-up that can fail for good, with the reason (degraded mode);
+- :class:`Costed`: work and memory estimates of a task, for the budgets;
+- :class:`GraphEngine`: runs exported graphs (ONNX): which graph runs a task, the verified models, the arena.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from service.core.backward import BackwardResult, BackwardTask
 from service.core.types import AttentionResult, AttentionTask
+from service.engines.cost import Cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +66,62 @@ class BackwardEngine(Protocol):
     def backward_unsupported_reason(self, task: BackwardTask) -> str | None: ...
 
     def run_backward(self, task: BackwardTask) -> BackwardResult: ...
+
+
+@runtime_checkable
+class Startable(Protocol):
+    """An engine with work at start-up: load, verify, warm up (run in a worker thread; may raise)."""
+
+    def start(self) -> None: ...
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """An engine that holds what must be released at shutdown (a thread pool)."""
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Fallible(Protocol):
+    """An engine whose start-up can fail for good (it then stays not ready, and ``auto`` serves without it)."""
+
+    @property
+    def failed(self) -> bool: ...
+
+    @property
+    def failure(self) -> str | None:
+        """Why start-up failed, fit for clients (no path, no hash); None while it has not."""
+
+    @property
+    def failure_detail(self) -> str | None:
+        """Why start-up failed, for the server's log."""
+
+    @property
+    def not_ready_reason(self) -> str | None:
+        """Why the engine is not ready now (starting, failed), or None when ready."""
+
+
+@runtime_checkable
+class Costed(Protocol):
+    """An engine that estimates a forward task's work and memory (:class:`~service.engines.cost.Cost`)."""
+
+    def cost(self, task: AttentionTask) -> Cost | None: ...
+
+
+@runtime_checkable
+class GraphEngine(Protocol):
+    """An engine that runs exported graphs (ONNX): which graph runs a task (None: none does), its verified models,
+    and whether its runtime keeps a memory arena (memory not given back after large requests).
+    """
+
+    memory_arena: bool
+
+    def graph_for(self, task: AttentionTask) -> str | None: ...
+
+    def backward_graph_for(self, task: BackwardTask) -> str | None: ...
+
+    def models(self) -> dict[str, Any]: ...
 
 
 _PATH = re.compile(r"(?<![\w.])(?:[A-Za-z]:)?[/\\][^\s'\"()\[\],;]+")

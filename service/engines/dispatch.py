@@ -26,7 +26,7 @@ from service.core.attention import ScoreOverflow, explain_score_overflow
 from service.core.backward import BackwardResult, BackwardTask
 from service.core.errors import InvalidInput, NumericalError
 from service.core.types import AttentionResult, AttentionTask
-from service.engines.base import BackwardEngine, Engine, EngineChoice
+from service.engines.base import BackwardEngine, Engine, EngineChoice, Fallible, GraphEngine
 
 logger = logging.getLogger("service.engines.dispatch")
 
@@ -110,7 +110,7 @@ def _sorting_reason(normalizer: str) -> str:
 
 def _on_cpu(engine: Engine | None) -> bool:
     """An engine on ONNX Runtime's CPU execution provider (numpy's provider is "CPU/numpy")."""
-    return engine is not None and str(getattr(engine, "provider", "")) == "CPUExecutionProvider"
+    return engine is not None and engine.provider == "CPUExecutionProvider"
 
 
 @lru_cache(maxsize=1024)
@@ -120,14 +120,15 @@ def _auto_choice(name: str, provider: str, why_order: str) -> EngineChoice:
 
 
 def _not_ready_reason(engine: Engine) -> str:
-    reason = getattr(engine, "not_ready_reason", None)
-    return reason if isinstance(reason, str) and reason else f"engine {engine.name!r} is not ready"
+    reason = engine.not_ready_reason if isinstance(engine, Fallible) else None
+    return reason or f"engine {engine.name!r} is not ready"
 
 
 def _what_runs(engine: Engine, task: AttentionTask | BackwardTask) -> str:
     """``onnx graph softmax_fused_f32`` for engines that name their graphs, else the engine name."""
-    graph_for = getattr(engine, "backward_graph_for" if isinstance(task, BackwardTask) else "graph_for", None)
-    graph = graph_for(task) if callable(graph_for) else None
+    graph = None
+    if isinstance(engine, GraphEngine):
+        graph = engine.backward_graph_for(task) if isinstance(task, BackwardTask) else engine.graph_for(task)
     return f"{engine.name} graph {graph}" if graph else engine.name
 
 
@@ -189,7 +190,7 @@ class EngineDispatcher:
         normalizer = forward.params.normalizer
         if normalizer in NUMPY_FIRST_NORMALIZERS:
             return self._numpy_first, _sorting_reason(normalizer)
-        arena_less = getattr(first, "memory_arena", True) is False
+        arena_less = first is not None and isinstance(first, GraphEngine) and not first.memory_arena
         if 0 < self.large_task_scores < scores and forward.need_weights and arena_less:
             return self._numpy_first, _large_reason(scores)
         return self.order, ""
@@ -243,7 +244,7 @@ class EngineDispatcher:
             enabled = ", ".join(sorted(self.engines)) or "none"
             raise EngineUnavailable(f"engine {requested!r} is not enabled on this server (enabled: {enabled})")
         if not engine.ready:
-            if getattr(engine, "failed", False):  # for good: say what serves instead
+            if isinstance(engine, Fallible) and engine.failed:  # for good: say what serves instead
                 others = " or ".join(repr(n) for n in ("auto", *self.engines) if n != requested)
                 raise EngineNotReady(f"{_not_ready_reason(engine)}; use engine {others}", failed=True)
             raise EngineNotReady(_not_ready_reason(engine))

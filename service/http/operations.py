@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from service import __version__
 from service.dataplane.runtime import Runtime
+from service.engines.base import GraphEngine
 from service.http.bodies import json_response
 from service.http.routing import RawRoute
 
@@ -53,10 +54,9 @@ def routes(runtime: Runtime) -> list[APIRoute]:
 
     async def models(request: Request) -> Response:
         onnx = runtime.engines.get("onnx")
-        describe_models = getattr(onnx, "models", None)
-        if describe_models is None:
+        if onnx is None or not isinstance(onnx, GraphEngine):  # None first: mypy misreads an Optional's isinstance
             return json_response({"models": [], "detail": "the ONNX engine is disabled"})
-        return json_response(describe_models())
+        return json_response(onnx.models())
 
     def route(path: str, endpoint: Any, summary: str, **docs: Any) -> APIRoute:
         return RawRoute(path, endpoint, methods=["GET"], tags=["operations"], summary=summary, **docs)

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from service.core.backward import BackwardTask
 from service.core.errors import InvalidInput
 from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask
 from service.engines.dispatch import EngineDispatcher, EngineNotReady, EngineUnavailable
@@ -34,6 +35,11 @@ class FakeEngine:
     @property
     def ready(self) -> bool:
         return self._ready
+
+    # Fallible, declared in full (service/engines/base.py): the dispatcher reads not_ready_reason only through it
+    failed = False
+    failure: str | None = None
+    failure_detail: str | None = None
 
     @property
     def not_ready_reason(self) -> str | None:
@@ -207,6 +213,16 @@ class CpuOnnx(FakeEngine):
     @property
     def provider(self) -> str:
         return self._provider
+
+    # the rest of GraphEngine, which the dispatcher reads memory_arena through
+    def graph_for(self, task: AttentionTask) -> str | None:
+        return None
+
+    def backward_graph_for(self, task: BackwardTask) -> str | None:
+        return None
+
+    def models(self) -> dict[str, Any]:
+        return {}
 
 
 @pytest.mark.parametrize("normalizer", ["sparsemax", "entmax15"])
