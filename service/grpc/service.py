@@ -1,4 +1,5 @@
-"""``inference.GRPCInferenceService``: the Open Inference Protocol's six calls, answered by the data plane.
+"""``inference.GRPCInferenceService``: the Open Inference Protocol's six calls and Triton's ``ModelStatistics``,
+answered by the data plane.
 
 The models, their inputs, outputs and parameters, the diagnostics in the response parameters, the
 messages of every refusal: all are the data plane's, the same as /v2 over REST. Every call passes
@@ -15,7 +16,8 @@ is reserved while it arrives, then its size until the call ends, whatever its an
 told it is held, so it is reserved once. When the share (or the budget) has no room the call is refused
 ``UNAVAILABLE`` with REST's words and a ``retry-after`` (it does not wait). When a call that held a large
 message ends, the C heap's free memory is given back (:meth:`~service.grpc.calls.Calls.handler`, as after any
-method's message).
+method's message). A ``ModelInfer`` that a ready model takes counts in the statistics that ``ModelStatistics``
+answers, as a REST inference does (:mod:`service.dataplane.statistics`).
 """
 
 from __future__ import annotations
@@ -23,16 +25,17 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
+from google.protobuf import json_format
 from google.protobuf.message import Message as Protobuf
 from grpc import aio
 
 from service import __version__
 from service.dataplane.admission import Overloaded
 from service.dataplane.errors import Kind, ServiceError, unavailable
-from service.dataplane.models import EXTENSIONS, MODEL_VERSION, SERVER_NAME, find_model
+from service.dataplane.models import EXTENSIONS, MODEL_VERSION, SERVER_NAME, Model, find_model
 from service.dataplane.models.unsupported import UNSUPPORTED
 from service.dataplane.plane import DataPlane
-from service.dataplane.timing import Timing
+from service.dataplane.statistics import Clock
 from service.grpc.calls import SERVICE, Calls, Handler
 from service.grpc.codecs import decode_request, encode_response
 from service.grpc.generated import inference_pb2 as pb
@@ -49,7 +52,7 @@ class InferenceService:
         self.reading = reading
 
     def handlers(self) -> dict[str, grpc.RpcMethodHandler]:
-        """The six methods' handlers, by name."""
+        """The seven methods' handlers, by name (and the refusals of the extensions not served)."""
         methods: list[tuple[str, CallClass, type[Protobuf], type[Protobuf], Handler]] = [
             ("ServerLive", PROBES, pb.ServerLiveRequest, pb.ServerLiveResponse, self.ServerLive),
             ("ServerReady", PROBES, pb.ServerReadyRequest, pb.ServerReadyResponse, self.ServerReady),
@@ -57,6 +60,13 @@ class InferenceService:
             ("ModelReady", INFERENCE, pb.ModelReadyRequest, pb.ModelReadyResponse, self.ModelReady),
             ("ModelMetadata", INFERENCE, pb.ModelMetadataRequest, pb.ModelMetadataResponse, self.ModelMetadata),
             ("ModelInfer", INFERENCE, pb.ModelInferRequest, pb.ModelInferResponse, self.ModelInfer),
+            (
+                "ModelStatistics",
+                INFERENCE,
+                pb.ModelStatisticsRequest,
+                pb.ModelStatisticsResponse,
+                self.ModelStatistics,
+            ),
         ]
         handlers = {
             name: self.calls.handler(f"/{SERVICE}/{name}", cls, request, response, self.reading, fn)
@@ -118,19 +128,40 @@ class InferenceService:
                     self.metrics.refused("body_memory")
                 raise
             model = plane.ready_model(request.model_name, request.model_version or None)
-            delay = plane.settings.debug_delay_s
-            if delay:  # ATTN_DEBUG_DELAY_S (tests only): work that holds a compute slot this long
-                await plane.scheduler.hold_slot(delay)
-            ctx = plane.context
-
-            def prepare() -> Any:
-                decoded = decode_request(request, model.name, model.inputs, model.output_names, model.input_limits(ctx))
-                job = model.prepare(ctx, decoded, Timing())
-                return job.then(lambda result: encode_response(model.name, MODEL_VERSION, decoded, result))
-
-            held = lease.held
-            response: pb.ModelInferResponse = await plane.scheduler.run(message.nbytes, prepare, reserved_bytes=held)
-            return response
+            with plane.statistics.counted(model.name) as clock:
+                return await self.infer(model, request, message.nbytes, lease.held, clock)
         finally:
             admission.leave()
             lease.release()
+
+    async def infer(
+        self, model: Model, request: pb.ModelInferRequest, nbytes: int, held: int, clock: Clock
+    ) -> pb.ModelInferResponse:
+        """``request`` (``nbytes`` long, ``held`` of them on the memory budget) run on ``model``, each part timed on
+        ``clock`` for the statistics.
+        """
+        plane = self.plane
+        delay = plane.settings.debug_delay_s
+        if delay:  # ATTN_DEBUG_DELAY_S (tests only): work that holds a compute slot this long
+            await plane.scheduler.hold_slot(delay)
+        ctx = plane.context
+
+        def prepare() -> Any:
+            limits = model.input_limits(ctx)
+            decoded = clock.decode(
+                lambda: decode_request(request, model.name, model.inputs, model.output_names, limits)
+            )
+            job = model.prepare(ctx, decoded, clock.model_timing())
+            return job.then(
+                lambda result: clock.encode(lambda: encode_response(model.name, MODEL_VERSION, decoded, result))
+            )
+
+        response: pb.ModelInferResponse = await plane.scheduler.run(
+            nbytes, prepare, reserved_bytes=held, waited=clock.waited
+        )
+        return response
+
+    async def ModelStatistics(self, message: Message[Any], context: aio.ServicerContext) -> pb.ModelStatisticsResponse:
+        request: pb.ModelStatisticsRequest = await message.read()
+        report = self.plane.statistics.report(request.name, request.version)
+        return json_format.ParseDict(report, pb.ModelStatisticsResponse())

@@ -210,6 +210,36 @@ REQUEST_EXAMPLES: dict[str, Any] = {
 }
 """Operation id -> the example of its JSON request body."""
 
+STATISTICS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
+ATTENTION_STATS: dict[str, Any] = {
+    "name": "attention",
+    "version": "1",
+    "last_inference": 1795783120991,
+    "inference_count": 3,
+    "execution_count": 3,
+    "inference_stats": {
+        "success": {"count": 3, "ns": 7012465},
+        "fail": {"count": 1, "ns": 175229},
+        "queue": {"count": 3, "ns": 0},
+        "compute_input": {"count": 3, "ns": 4121920},
+        "compute_infer": {"count": 3, "ns": 2050668},
+        "compute_output": {"count": 3, "ns": 502211},
+        "cache_hit": {"count": 0, "ns": 0},
+        "cache_miss": {"count": 0, "ns": 0},
+    },
+    "batch_stats": [],
+}
+"""Model ``attention`` after three inferences and one refused (a live server, 2026-11-27)."""
+
+
+def idle_stats(name: str) -> dict[str, Any]:
+    """The statistics of a model that has had no inference request."""
+    zeros = {statistic: {"count": 0, "ns": 0} for statistic in STATISTICS}
+    return {**ATTENTION_STATS, "name": name, "last_inference": 0, "inference_count": 0, "execution_count": 0} | {
+        "inference_stats": zeros
+    }
+
+
 RESPONSE_EXAMPLES: dict[str, Any] = {
     "attention": ATTENTION_RESPONSE,
     "softmax": SOFTMAX_RESPONSE,
@@ -230,7 +260,7 @@ RESPONSE_EXAMPLES: dict[str, Any] = {
     "server_metadata": {
         "name": "attention-service",
         "version": "0.1.0",
-        "extensions": ["binary_tensor_data", "parameters"],
+        "extensions": ["binary_tensor_data", "parameters", "statistics"],
     },
     "server_live": {"live": True},
     "server_ready": {"ready": True},
@@ -240,6 +270,14 @@ RESPONSE_EXAMPLES: dict[str, Any] = {
     "model_version_metadata": MODEL_METADATA,
     "model_infer": V2_SOFTMAX_RESPONSE,
     "model_version_infer": V2_SOFTMAX_RESPONSE,
+    "all_model_statistics": {
+        "model_stats": [
+            ATTENTION_STATS,
+            *(idle_stats(name) for name in ("softmax", "attention_backward", "sample", "calibrate")),
+        ]
+    },
+    "model_statistics": {"model_stats": [ATTENTION_STATS]},
+    "model_version_statistics": {"model_stats": [ATTENTION_STATS]},
 }
 """Operation id -> the example of its 200 JSON answer."""
 

@@ -106,7 +106,8 @@ def test_health_and_metadata(clients: tuple[tg.InferenceServerClient, th.Inferen
     for model in ("attention", "softmax", "attention_backward", "sample", "calibrate"):
         assert over_grpc.is_model_ready(model) and over_grpc.is_model_ready(model, "1")
     meta = over_grpc.get_server_metadata()
-    assert meta.name == "attention-service" and list(meta.extensions) == ["binary_tensor_data", "parameters"]
+    assert meta.name == "attention-service"
+    assert list(meta.extensions) == ["binary_tensor_data", "parameters", "statistics"]
     model = over_grpc.get_model_metadata("attention")
     assert [i.name for i in model.inputs] == ["query", "key", "value", "mask", "key_lengths"]
     assert [o.name for o in model.outputs] == ["output", "weights", "scores"]

@@ -1,6 +1,6 @@
 """The protocol's extensions this server does not serve (issue 28, item 7): the same clear answer on both
 protocols, naming the extension (REST 404 with the protocol's error body, gRPC UNIMPLEMENTED), where REST gave a
-bare ``{"error": "Not Found"}`` (or "unknown model 'stats'") and gRPC "Method not found!".
+bare ``{"error": "Not Found"}`` and gRPC "Method not found!". Statistics, served since item 5: test_statistics.py.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def test_grpc_names_the_extension_and_tritonclient_sees_it(server: GrpcServer) -
     client = tg.InferenceServerClient(server.target)
     with pytest.raises(InferenceServerException, match="model repository extension"):
         client.get_model_repository_index()
-    with pytest.raises(InferenceServerException, match="statistics extension"):
-        client.get_inference_statistics()
+    with pytest.raises(InferenceServerException, match="model configuration extension"):
+        client.get_model_config("attention")
 
 
 def test_the_models_still_answer(server: GrpcServer) -> None:

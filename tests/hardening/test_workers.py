@@ -17,12 +17,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from service.grpc.generated import inference_pb2 as pb
+from service.grpc.generated import inference_pb2_grpc as pb_grpc
 from tests.e2e.conftest import free_port
 from tests.hardening.conftest import ROOT
 
@@ -220,3 +223,102 @@ def test_the_workers_flag_serves_rest_and_grpc_and_replaces_a_killed_worker(tmp_
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+
+
+def test_statistics_are_the_sum_of_both_workers(tmp_path: Path) -> None:
+    """``serve --workers 2``: requests over REST and gRPC, each on a new connection, until both workers have
+    answered some (each worker's own metrics file says so); then ``GET /v2/models/softmax/stats`` and gRPC
+    ``ModelStatistics``, asked several times on new connections (either worker answers), give the totals sent,
+    never one worker's share (issue 28, item 5).
+    """
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    port, grpc_port = free_port(), free_port()
+    metrics_dir = tmp_path / "m"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTN_", "PROMETHEUS_"))}
+    env |= {"ATTN_ENABLE_ONNX": "false", "ATTN_COST_CALIBRATION": "off", "ATTN_METRICS_DIR": str(metrics_dir)}
+    flags = ["--workers", "2", "--port", str(port), "--grpc-port", str(grpc_port)]
+    url, target = f"http://127.0.0.1:{port}", f"127.0.0.1:{grpc_port}"
+    logits = {"inputs": [{"name": "logits", "shape": [1, 3], "datatype": "FP32", "data": [1.0, 2.0, 3.0]}]}
+    wrong = {**logits, "parameters": {"bogus": 1}}  # refused by the model: a failure
+    close = {"connection": "close"}  # a new connection each time: the kernel spreads them over the workers
+
+    def per_worker(pids: set[int]) -> dict[int, int]:
+        """Each worker's own count of softmax inferences answered (REST and gRPC), from its counters' file alone."""
+        counts = dict.fromkeys(pids, 0)
+        for pid in pids:
+            path = metrics_dir / f"counter_{pid}.db"
+            for family in MultiProcessCollector.merge([str(path)]) if path.exists() else ():
+                for s in family.samples:
+                    if (
+                        s.name == "attn_http_requests_total"
+                        and s.labels["model"] == "softmax"
+                        and s.labels["route"]
+                        in (INFER.replace("attention", "{model_name}"), "/inference.GRPCInferenceService/ModelInfer")
+                    ):
+                        counts[pid] += round(s.value)
+        return counts
+
+    def grpc_stats() -> Any:
+        with grpc.insecure_channel(target) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            return stub.ModelStatistics(pb.ModelStatisticsRequest(name="softmax"), timeout=5).model_stats[0]
+
+    log_path = tmp_path / "server.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "service", "serve", *flags], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        wait_for(lambda: ready(url, target), 60, proc)
+        pids = worker_pids(proc.pid)
+        assert len(pids) == 2, pids
+        ok = failed = 0
+        while min(per_worker(pids).values()) < 3:
+            assert ok + failed < 600, f"one worker answered every request: {per_worker(pids)}"
+            r = httpx.post(url + "/v2/models/softmax/infer", json=logits, headers=close, timeout=10)
+            assert r.status_code == 200, r.text
+            ok += 1
+            if ok % 4 == 0:
+                r = httpx.post(url + "/v2/models/softmax/infer", json=wrong, headers=close, timeout=10)
+                assert r.status_code == 400 and "no parameter 'bogus'" in r.text, r.text
+                failed += 1
+            if ok % 5 == 0:
+                with grpc.insecure_channel(target) as channel:
+                    request = pb.ModelInferRequest(model_name="softmax")
+                    tensor = request.inputs.add(name="logits", datatype="FP32", shape=[1, 3])
+                    tensor.contents.fp32_contents.extend([1.0, 2.0, 3.0])
+                    pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=10)
+                ok += 1
+        # A worker counts a request in its file once the answer is sent: the last one's may still be on its way.
+        wait_for(lambda: sum(per_worker(pids).values()) == ok + failed, 5, proc)
+        shares = per_worker(pids)
+        print(f"{ok} successes and {failed} failures sent; each worker answered {shares}")
+        for _ in range(6):
+            stats = httpx.get(url + "/v2/models/softmax/stats", headers=close, timeout=10).json()["model_stats"][0]
+            assert stats["inference_count"] == stats["execution_count"] == ok, (stats, shares)
+            inference = stats["inference_stats"]
+            assert inference["success"]["count"] == ok and inference["fail"]["count"] == failed, (inference, shares)
+            assert inference["success"]["ns"] > 0 and inference["fail"]["ns"] > 0
+            over_grpc = grpc_stats()
+            assert over_grpc.inference_count == ok and over_grpc.inference_stats.fail.count == failed
+            assert over_grpc.inference_stats.success.ns == inference["success"]["ns"]
+        metrics = httpx.get(url + "/metrics", headers=close, timeout=10).text
+        assert f'attn_inference_request_duration_seconds_count{{model="softmax",outcome="success"}} {ok}.0' in metrics
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log_path.read_text()[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def ready(url: str, grpc_target: str) -> bool:
+    """``/readyz`` says ready and gRPC health says SERVING (without sending an inference)."""
+    try:
+        if httpx.get(url + "/readyz", timeout=5).status_code != 200:
+            return False
+        with grpc.insecure_channel(grpc_target) as channel:
+            health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        return bool(health.status == health_pb2.HealthCheckResponse.SERVING)
+    except (httpx.TransportError, grpc.RpcError):
+        return False

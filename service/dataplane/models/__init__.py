@@ -17,7 +17,8 @@ MODELS: dict[str, Model] = {m.name: m for m in (ATTENTION, SOFTMAX, ATTENTION_BA
 """Every model, by name, in the order the server lists them."""
 
 SERVER_NAME = "attention-service"
-EXTENSIONS = ["binary_tensor_data", "parameters"]
+EXTENSIONS = ["binary_tensor_data", "parameters", "statistics"]
+"""The protocol's extensions the server has, named as Triton names them (``GET /v2``, gRPC ``ServerMetadata``)."""
 
 
 def find_model(name: str, version: str | None = None) -> Model:

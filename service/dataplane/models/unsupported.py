@@ -44,16 +44,6 @@ UNSUPPORTED = (
         ("ModelConfig",),
     ),
     Unsupported(
-        "statistics",
-        "the service's counts and latencies are on GET /metrics (Prometheus)",
-        (
-            ("GET", "/models/stats"),
-            ("GET", "/models/{model_name}/stats"),
-            ("GET", "/models/{model_name}/versions/{model_version}/stats"),
-        ),
-        ("ModelStatistics",),
-    ),
-    Unsupported(
         "shared memory",
         "send tensors in the request (binary tensor data over REST, raw contents over gRPC)",
         tuple(

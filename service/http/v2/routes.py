@@ -2,10 +2,12 @@
 
 The models are the data plane's (:mod:`service.dataplane.models`); this module reads and writes their
 wire form (:mod:`service.http.v2.tensors`: JSON ``data`` or the binary tensor data extension) and
-answers the protocol's health and metadata routes. Errors are the protocol's ``{"error": "..."}``:
-400 for anything wrong with the request (malformed or invalid; /v1 answers 422 for the latter), 404
-for an unknown model or version, 413 over a size or work limit, 415 for an unknown Content-Encoding,
-503 while the model is not ready (with ``Retry-After``).
+answers the protocol's health and metadata routes, and Triton's statistics extension
+(``/v2/models[/{name}[/versions/{version}]]/stats``, :mod:`service.dataplane.statistics`, which counts every
+inference a ready model takes). Errors are the protocol's ``{"error": "..."}``: 400 for anything wrong with
+the request (malformed or invalid; /v1 answers 422 for the latter), 404 for an unknown model or version, 413
+over a size or work limit, 415 for an unknown Content-Encoding, 503 while the model is not ready (with
+``Retry-After``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from service.dataplane.models import EXTENSIONS, MODEL_VERSION, SERVER_NAME, Mod
 from service.dataplane.models.unsupported import UNSUPPORTED, Unsupported
 from service.dataplane.plane import DataPlane
 from service.dataplane.scheduling import Job
-from service.dataplane.timing import Timing
+from service.dataplane.statistics import Clock
 from service.http.bodies import held_body_bytes, read_body
 from service.http.routing import V2Route
 from service.http.v2.tensors import HEADER_LENGTH, encode_response, parse_request, split_body
@@ -84,7 +86,17 @@ INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
     },
     **{k: ERROR_RESPONSES[k] for k in (400, 404, 413, 415, 503)},
 }
-
+STATS_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": (
+            "Triton's statistics extension: {model_stats: [{name, version, last_inference, inference_count, "
+            "execution_count, inference_stats: {success, fail, queue, compute_input, compute_infer, compute_output, "
+            "cache_hit, cache_miss}, batch_stats}]}, each statistic {count, ns}, of every worker"
+        ),
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ModelStatisticsResponse"}}},
+    },
+    404: ERROR_RESPONSES[404],
+}
 
 Encoded = tuple[bytes, dict[str, str], str]
 """An inference response: body, headers, media type."""
@@ -102,13 +114,21 @@ def encoded(model: Model, request: InferRequest, result: InferResult) -> Encoded
     )
 
 
-def infer_job(ctx: Context, model: Model, body: bytes, header_length: str | None) -> Job[Encoded]:
-    """The work of one inference request: its body parsed and checked, the model's answer encoded."""
-    obj, binary = split_body(body, header_length)
-    decoded = parse_request(
-        obj, binary, model=model.name, inputs=model.inputs, outputs=model.output_names, limits=model.input_limits(ctx)
-    )
-    return model.prepare(ctx, decoded, Timing()).then(lambda result: encoded(model, decoded, result))
+def infer_job(ctx: Context, model: Model, body: bytes, header_length: str | None, clock: Clock) -> Job[Encoded]:
+    """The work of one inference request: its body parsed and checked, the model's answer encoded (each part timed
+    on ``clock``, for the statistics).
+    """
+
+    def decode() -> InferRequest:
+        obj, binary = split_body(body, header_length)
+        limits = model.input_limits(ctx)
+        return parse_request(
+            obj, binary, model=model.name, inputs=model.inputs, outputs=model.output_names, limits=limits
+        )
+
+    decoded = clock.decode(decode)
+    job = model.prepare(ctx, decoded, clock.model_timing())
+    return job.then(lambda result: clock.encode(lambda: encoded(model, decoded, result)))
 
 
 def routes(plane: DataPlane) -> list[APIRoute]:
@@ -156,10 +176,26 @@ def routes(plane: DataPlane) -> list[APIRoute]:
         body = await read_body(request, plane.settings.max_body_bytes, json_only=False)  # JSON or octet-stream
         header_length = request.headers.get(HEADER_LENGTH)
 
-        content, headers, media_type = await plane.scheduler.run(
-            len(body), lambda: infer_job(ctx, model, body, header_length), reserved_bytes=held_body_bytes(request)
-        )
+        with plane.statistics.counted(model.name) as clock:
+            content, headers, media_type = await plane.scheduler.run(
+                len(body),
+                lambda: infer_job(ctx, model, body, header_length, clock),
+                reserved_bytes=held_body_bytes(request),
+                waited=clock.waited,
+            )
         return Response(content, media_type=media_type, headers=headers)
+
+    def stats(name: str, version: str) -> Response:
+        return Response(orjson.dumps(plane.statistics.report(name, version)), media_type=JSON)
+
+    async def all_model_statistics(request: Request) -> Response:
+        return stats("", "")
+
+    async def model_statistics(request: Request, model_name: str) -> Response:
+        return stats(model_name, "")
+
+    async def model_version_statistics(request: Request, model_name: str, model_version: str) -> Response:
+        return stats(model_name, model_version)
 
     async def infer(request: Request, model_name: str) -> Response:
         """Run a model. JSON or binary tensors in and out; options in the request parameters; diagnostics in the response parameters."""  # noqa: E501 -- the docstring is the endpoint's OpenAPI description: one line keeps openapi.yaml as it is
@@ -197,6 +233,25 @@ def routes(plane: DataPlane) -> list[APIRoute]:
             summary="Model readiness (one version)",
             responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
         ),
+        # Ahead of /models/{model_name}, so that /models/stats is not taken for a model.
+        route(
+            "/models/stats",
+            all_model_statistics,
+            summary="Inference statistics of every model (statistics extension)",
+            responses=STATS_RESPONSES,
+        ),
+        route(
+            "/models/{model_name}/stats",
+            model_statistics,
+            summary="Inference statistics of one model (statistics extension)",
+            responses=STATS_RESPONSES,
+        ),
+        route(
+            "/models/{model_name}/versions/{model_version}/stats",
+            model_version_statistics,
+            summary="Inference statistics of one model version (statistics extension)",
+            responses=STATS_RESPONSES,
+        ),
         route(
             "/models/{model_name}",
             model_metadata,
@@ -230,8 +285,7 @@ def routes(plane: DataPlane) -> list[APIRoute]:
 
 def unsupported_routes() -> list[APIRoute]:
     """The protocol's extensions this server does not serve: 404 with the protocol's error body naming the
-    extension (:mod:`service.dataplane.models.unsupported`), ahead of ``/v2/models/{model_name}`` (so that
-    ``/v2/models/stats`` is not taken for a model). Left out of the schema.
+    extension (:mod:`service.dataplane.models.unsupported`), ahead of the model routes. Left out of the schema.
     """
 
     def endpoint(extension: Unsupported) -> Any:

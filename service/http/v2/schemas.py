@@ -3,8 +3,9 @@
 Names and fields follow the protocol's own OpenAPI document (KServe ``rest_predict_v2.yaml``:
 ``inference_request``, ``request_input``, ``request_output``, ``inference_response``,
 ``response_output``, ``metadata_server_response``, ``metadata_model_response``,
-``metadata_tensor``). The /v2 routes parse and write these bodies themselves
-(:mod:`service.http.v2.tensors`); these models only describe them.
+``metadata_tensor``), and Triton's statistics extension (``ModelStatisticsResponse``). The /v2
+routes parse and write these bodies themselves (:mod:`service.http.v2.tensors`); these models
+only describe them.
 """
 
 from __future__ import annotations
@@ -123,6 +124,49 @@ class ModelReady(_Doc):
     ready: bool
 
 
+class StatisticDuration(_Doc):
+    """A count, and the total time of what it counts in nanoseconds."""
+
+    count: int
+    ns: int
+
+
+class InferStatistics(_Doc):
+    success: StatisticDuration
+    fail: StatisticDuration
+    queue: StatisticDuration
+    compute_input: StatisticDuration
+    compute_infer: StatisticDuration
+    compute_output: StatisticDuration
+    cache_hit: StatisticDuration | None = None
+    cache_miss: StatisticDuration | None = None
+
+
+class InferBatchStatistics(_Doc):
+    batch_size: int
+    compute_input: StatisticDuration
+    compute_infer: StatisticDuration
+    compute_output: StatisticDuration
+
+
+class ModelStatistics(_Doc):
+    """One model version's statistics since the server started (Triton's statistics extension)."""
+
+    name: str
+    version: str | None = None
+    last_inference: int = Field(description="When the last successful request ended, in ms since the epoch (0: none)")
+    inference_count: int
+    execution_count: int
+    inference_stats: InferStatistics
+    batch_stats: list[InferBatchStatistics]
+
+
+class ModelStatisticsResponse(_Doc):
+    """``GET /v2/models[/{name}[/versions/{version}]]/stats``."""
+
+    model_stats: list[ModelStatistics]
+
+
 class ProtocolError(_Doc):
     """The protocol's error body."""
 
@@ -137,5 +181,6 @@ V2_MODELS: list[type[BaseModel]] = [
     ServerLive,
     ServerReady,
     ModelReady,
+    ModelStatisticsResponse,
     ProtocolError,
 ]
