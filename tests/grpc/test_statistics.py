@@ -7,7 +7,8 @@ extension" (REST 404, gRPC UNIMPLEMENTED). Each test has a model of its own, so 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -147,3 +148,24 @@ def test_an_unknown_model_or_version_is_not_found(fresh: GrpcServer) -> None:
 def test_server_metadata_lists_the_extension(fresh: GrpcServer) -> None:
     assert "statistics" in http_client(fresh).get_server_metadata()["extensions"]
     assert "statistics" in tg.InferenceServerClient(fresh.target).get_server_metadata().extensions
+
+
+def test_queue_is_the_wait_for_a_compute_slot(server_with: Callable[..., GrpcServer]) -> None:
+    """One compute slot, every request in a worker thread: of four sent at once, three wait for the slot."""
+    server = server_with(ATTN_MAX_CONCURRENT_REQUESTS="1", ATTN_INLINE_MAX_BODY_BYTES="0")
+    q = np.random.default_rng(0).standard_normal((1, 4, 256, 64)).astype(np.float32)
+
+    def one(_: int) -> None:
+        client = http_client(server)
+        inputs = []
+        for name in ("query", "key", "value"):
+            t = th.InferInput(name, list(q.shape), "FP32")
+            t.set_data_from_numpy(q, binary_data=True)
+            inputs.append(t)
+        client.infer("attention", inputs)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(one, range(4)))
+    stats = http_client(server).get_inference_statistics("attention")["model_stats"][0]["inference_stats"]
+    assert stats["queue"]["count"] == stats["success"]["count"] == 4
+    assert stats["queue"]["ns"] > 0 and stats["success"]["ns"] > stats["queue"]["ns"]
