@@ -7,22 +7,21 @@ call) and on the ONNX engine (the fused forward graph, the softmax backward grap
 medians and the backward/forward ratio. The ratio is the figure to read: the two passes alternate,
 so both see the same machine.
 
-    python bench/bench_backward.py [--repeats 7] [--normalizer relu]
+    python -m bench backward [--repeats 7] [--normalizer relu]
 
 An engine without a backward pass for the normalizer (ONNX has one for softmax only) is left out.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
 
 import numpy as np
 
+from bench.suite import Parser
 from service.core.backward import BackwardTask
 from service.core.types import AttentionInputs, AttentionParams, AttentionTask
 from service.engines.numpy_engine import NumpyEngine
@@ -47,20 +46,21 @@ def paired_medians(a: Callable[[], object], b: Callable[[], object], repeats: in
     return statistics.median(ta), statistics.median(tb)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
+def arguments() -> Parser:
+    parser = Parser(__name__, __doc__, quick={"repeats": 1})
+    parser.add_repeats(7)
     parser.add_argument("--normalizer", default="softmax", choices=("softmax", "sparsemax", "entmax15", "relu"))
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = arguments().parse(argv)
     numpy_engine = NumpyEngine()
     numpy_engine.start()
     onnx_engine = OnnxEngine(DEFAULT_MODELS_DIR)
     onnx_engine.start()
     assert onnx_engine.ready, onnx_engine.describe()
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; "
-        f"numpy engine threads {numpy_engine.threads}; ONNX on {onnx_engine.provider}"
-    )
+    print(f"numpy engine threads {numpy_engine.threads}; ONNX on {onnx_engine.provider}")
     print()
     print(f"normalizer {args.normalizer}, float32\n")
     print("| shape (B, H, L, E), S = L | engine | forward ms | backward ms | backward / forward |")
@@ -88,7 +88,3 @@ def main() -> int:
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     numpy_engine.close()
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

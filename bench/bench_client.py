@@ -4,30 +4,32 @@ httpx asks for gzip by default; the client sends ``Accept-Encoding: identity`` u
 ``compression=True``. This starts a server (ONNX off), times both settings interleaved in one
 run, and prints the medians and their ratio.
 
-    .venv/bin/python bench/bench_client.py [--rounds 40]
+    python -m bench client [--rounds 40]
+
+Needs the client (``attention-client``, installed by ``make test``); the server is started by the tests' own
+helper (``tests/live.py``).
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from attention_client import AttentionClient
 
+from bench.suite import Parser
 from tests.live import serve
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=40)
-    args = parser.parse_args()
+def arguments() -> Parser:
+    parser = Parser(__name__, __doc__, quick={"rounds": 2})
+    parser.add_rounds(40, "interleaved rounds of one call with each setting")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = arguments().parse(argv)
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, 8, 128, 64), dtype=np.float32) for _ in range(3))
     with serve(ATTN_LOG_LEVEL="warning") as server:
@@ -51,7 +53,4 @@ def main() -> None:
         print(f"  {name:<24} median {ms:7.2f} ms")
     identity, gzip = medians.values()
     print(f"  gzip / identity: {gzip / identity:.2f}x")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -7,7 +7,7 @@ reports its time and its peak resident memory above the state before the run (Vm
 score next to the model's estimate, and the measured nanoseconds per score next to the model's.
 The model is honest when every measured value is at most its estimate.
 
-    python bench/bench_costs.py [--scores 4194304] [--graphs entmax_f32,relu_f64]
+    python -m bench costs [--scores 4194304] [--seq 1024] [--engines onnx,numpy]
 
 Linux only (reads /proc). Each measurement is a separate process, so arenas and caches of one
 do not hide the peak of the next.
@@ -15,14 +15,14 @@ do not hide the peak of the next.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+from bench.suite import Parser
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 CHILD = r"""
 import json, math, sys, time
@@ -90,16 +90,20 @@ def measure(spec: dict[str, object]) -> dict[str, object]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> int:
+def arguments() -> Parser:
+    parser = Parser(__name__, __doc__, quick={"scores": 1 << 16, "seq": 256, "engines": "numpy"})
+    parser.add_argument("--scores", type=int, default=1 << 22, help="B*H*L*S of each measured request")
+    parser.add_argument("--seq", type=int, default=1024, help="L = S")
+    parser.add_argument("--engines", default="onnx,numpy")
+    return parser
+
+
+def main(argv: list[str]) -> int:
     from service.core.attention import Dims
     from service.engines import cost
     from service.engines.numpy_engine import available_cpus
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scores", type=int, default=1 << 22, help="B*H*L*S of each measured request")
-    parser.add_argument("--seq", type=int, default=1024, help="L = S")
-    parser.add_argument("--engines", default="onnx,numpy")
-    args = parser.parse_args()
+    args = arguments().parse(argv)
 
     S = args.seq
     H = max(1, args.scores // (S * S))
@@ -163,7 +167,3 @@ def main() -> int:
         )
     print(f"\nlargest measured peak / model peak: {worst:.2f} (the model must stay >= 1)")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

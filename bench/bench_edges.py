@@ -1,11 +1,11 @@
 """The figures of issue 21 (Edges III), each against a server started the way production runs it.
 
-    python bench/bench_edges.py connections [--holders 1000] [--nofile 1024]   # item 7: open connections
-    python bench/bench_edges.py upload-rss [--clients 64] [--mb 30]              # item 8: peak RSS
-    python bench/bench_edges.py json                                             # item 9: /healthz latency, RSS
-    python bench/bench_edges.py route-labels [--paths 5000] [--kb 12]            # item 10: RSS kept
-    python bench/bench_edges.py idle-rss [--clients 8] [--mb 30]                 # item 14: idle RSS
-    python bench/bench_edges.py all
+    python -m bench edges connections [--holders 1000] [--nofile 1024] [--hold 15]   # item 7: open connections
+    python -m bench edges upload-rss [--clients 64] [--mb 30]                        # item 8: peak RSS
+    python -m bench edges json [--items 3000000]                                     # item 9: /healthz latency, RSS
+    python -m bench edges route-labels [--paths 5000] [--kb 12]                      # item 10: RSS kept
+    python -m bench edges idle-rss [--clients 8] [--mb 30]                           # item 14: idle RSS
+    python -m bench edges all
 
 Each command starts ``python -m service serve`` (numpy only unless ``--onnx``; settings from the ``ATTN_*``
 environment, as in production, with the command's own on top), drives it with its own clients, prints what it
@@ -13,12 +13,12 @@ measured (JSON lines: one per measurement, then a summary), and stops it with SI
 The issue's numbers were taken on a 2-core VM with the defaults (ATTN_MEMORY_BUDGET_BYTES 1 GiB).
 
 - ``connections``: RLIMIT_NOFILE ``--nofile`` for the server; ``--holders`` connections each send ``POST /nope``
-  with ``Content-Length: 1000000``, read the 404, send one byte and then nothing. Every 0.5 s for 15 s: the
+  with ``Content-Length: 1000000``, read the 404, send one byte and then nothing. Every 0.5 s for ``--hold`` s: the
   server's open descriptors and sockets (its connections: the holders it still keeps), and a /healthz on a new
   connection (status and time). Before the fix the holders stayed open and /healthz failed for the whole hold.
 - ``upload-rss``: ``--clients`` concurrent valid /v2 attention requests of ``--mb`` MB each (binary float32,
   output only); the server's peak RSS (VmHWM) against its idle RSS and the memory budget; the answers by status.
-- ``json``: ``{"query": [[], [], ... 3,000,000 times], "key": [[1.0]], "value": [[1.0]]}`` (8.6 MB): its answer and
+- ``json``: ``{"query": [[], [], ... --items times], "key": [[1.0]], "value": [[1.0]]}`` (8.6 MB): its answer and
   time, the slowest /healthz during it (asked every 20 ms), and the RSS it left.
 - ``route-labels``: ``--paths`` unauthenticated ``GET /x<i>aaaa...`` of ``--kb`` KB (under the 16 KiB header
   limit; the issue sent 60 KB, which is now a 431): RSS before and after.
@@ -28,7 +28,6 @@ The issue's numbers were taken on a 2-core VM with the defaults (ATTN_MEMORY_BUD
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -41,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from argparse import Namespace
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,9 @@ from typing import Any
 import httpx
 import numpy as np
 import orjson
-from ports import free_port  # bench/ is on sys.path: run as a script
+
+from bench.ports import free_port
+from bench.suite import Parser
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1_000_000
@@ -155,7 +157,7 @@ async def post_many(url: str, body: bytes, headers: dict[str, str], n: int) -> C
 # -------------------------------------------------------------------------------------------------- commands
 
 
-def connections(args: argparse.Namespace) -> None:
+def connections(args: Namespace) -> None:
     server = Server({}, nofile=args.nofile)
     holders: list[socket.socket] = []
     head = b"POST /nope HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\ncontent-length: 1000000\r\n\r\n"
@@ -172,7 +174,7 @@ def connections(args: argparse.Namespace) -> None:
     emit(command="connections", holders=len(holders), failed_to_hold=refused, nofile=args.nofile)
     t0 = time.monotonic()
     worst_open = 0
-    while time.monotonic() - t0 < 15:
+    while time.monotonic() - t0 < args.hold:
         fds = sockets = 0
         for fd in os.listdir(f"/proc/{server.pid}/fd"):
             fds += 1
@@ -198,7 +200,7 @@ def connections(args: argparse.Namespace) -> None:
     server.stop()
 
 
-def upload_rss(args: argparse.Namespace) -> None:
+def upload_rss(args: Namespace) -> None:
     server = Server({})
     body, headers = binary_infer(shape_for(args.mb, 1024))
     idle = server.rss_mb()
@@ -217,9 +219,9 @@ def upload_rss(args: argparse.Namespace) -> None:
     server.stop()
 
 
-def json_pathological(args: argparse.Namespace) -> None:
+def json_pathological(args: Namespace) -> None:
     server = Server({})
-    body = b'{"query": [' + b"[]," * 2_999_999 + b'[]], "key": [[1.0]], "value": [[1.0]]}'
+    body = b'{"query": [' + b"[]," * (args.items - 1) + b'[]], "key": [[1.0]], "value": [[1.0]]}'
     before = server.rss_mb()
     stop = threading.Event()
     slowest = [0.0]
@@ -255,7 +257,7 @@ def json_pathological(args: argparse.Namespace) -> None:
     server.stop()
 
 
-def route_labels(args: argparse.Namespace) -> None:
+def route_labels(args: Namespace) -> None:
     server = Server({"ATTN_API_KEYS": "k" * 32})
     filler = "a" * (args.kb * 1000)
     with httpx.Client(base_url=server.url, timeout=10) as c:
@@ -278,7 +280,7 @@ def route_labels(args: argparse.Namespace) -> None:
     server.stop()
 
 
-def idle_rss(args: argparse.Namespace) -> None:
+def idle_rss(args: Namespace) -> None:
     server = Server({})
     refused, refused_headers = binary_infer(shape_for(args.mb, 10_000), outputs=("output", "weights"))  # 413
     answered, answered_headers = binary_infer(shape_for(args.mb, 1024))
@@ -308,21 +310,25 @@ COMMANDS = {
 }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments() -> Parser:
+    quick = {"holders": 20, "hold": 1.0, "clients": 2, "mb": 1.0, "items": 30_000, "paths": 50, "kb": 1}
+    parser = Parser(__name__, __doc__, quick=quick)
     parser.add_argument("command", choices=[*COMMANDS, "all"])
-    parser.add_argument("--holders", type=int, default=1000)
-    parser.add_argument("--nofile", type=int, default=1024)
-    parser.add_argument("--clients", type=int, default=None)
-    parser.add_argument("--mb", type=float, default=30.0)
-    parser.add_argument("--paths", type=int, default=5000)
-    parser.add_argument("--kb", type=int, default=12)
-    args = parser.parse_args()
+    parser.add_argument("--holders", type=int, default=1000, help="connections: holders (default 1000)")
+    parser.add_argument("--nofile", type=int, default=1024, help="connections: the server's RLIMIT_NOFILE")
+    parser.add_argument("--hold", type=float, default=15.0, help="connections: seconds watched (default 15)")
+    parser.add_clients(None, "upload-rss, idle-rss: concurrent uploads (default 64 and 8)")
+    parser.add_argument("--mb", type=float, default=30.0, help="upload-rss, idle-rss: MB per upload (default 30)")
+    parser.add_argument("--items", type=int, default=3_000_000, help="json: empty lists in the query (default 3e6)")
+    parser.add_argument("--paths", type=int, default=5000, help="route-labels: paths (default 5000)")
+    parser.add_argument("--kb", type=int, default=12, help="route-labels: KB per path (default 12)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = arguments().parse(argv)
+    given = args.clients
     for name in COMMANDS if args.command == "all" else [args.command]:
-        if args.clients is None or args.command == "all":
-            args.clients = {"upload-rss": 64, "idle-rss": 8}.get(name, 8)
+        args.clients = given if given is not None else {"upload-rss": 64, "idle-rss": 8}.get(name, 8)
         COMMANDS[name](args)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

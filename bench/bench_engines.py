@@ -13,19 +13,18 @@ processes on the machine inflate every time in the table.
 Targets (issue 3): the ONNX engine reaches >= 60% of the matmul rate on the
 large shape, output only; the numpy engine is within 2x of the ONNX engine.
 
-    python bench/bench_engines.py [--repeats 15] [--threads 0] [--scores]
+    python -m bench engines [--repeats 15] [--threads 0] [--scores]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 from functools import partial
 
 import numpy as np
-from timing import matmul_rate, median_time
 
+from bench.suite import Parser
+from bench.timing import matmul_rate, median_time
 from service.core.types import AttentionInputs, AttentionParams, AttentionTask
 from service.engines.numpy_engine import NumpyEngine
 from service.engines.onnx_engine import OnnxEngine
@@ -34,12 +33,17 @@ from service.export import DEFAULT_MODELS_DIR
 SHAPES = [(1, 8, 128, 64), (4, 12, 512, 64)]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=15, help="timed runs per cell (median reported)")
+def arguments() -> Parser:
+    parser = Parser(__name__, __doc__, quick={"repeats": 1})
+    parser.add_repeats(15)
     parser.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads (0: its default)")
     parser.add_argument("--scores", action="store_true", help="also time weights + scores (the diagnostics path)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = arguments().parse(argv)
+    reference = max(1, min(args.repeats, 7))  # the matmul rate's repeats
 
     onnx = OnnxEngine(DEFAULT_MODELS_DIR, intra_op_threads=args.threads)
     onnx.start()
@@ -47,15 +51,14 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"ONNX engine not ready: {onnx.describe()['error']}")
     numpy_engine = NumpyEngine()  # as the service runs it: a worker pool, BLAS one thread per call
     numpy_engine.start()
-    load_before = os.getloadavg()[0]
-    rates = [matmul_rate()]
+    rates = [matmul_rate(repeats=reference)]
     rows = []
     rng = np.random.default_rng(0)
     variants = [("output", False, False), ("output + weights", True, False)]
     if args.scores:
         variants.append(("output + weights + scores", True, True))
     for shape in SHAPES:
-        rates.append(matmul_rate())
+        rates.append(matmul_rate(repeats=reference))
         B, H, L, E = shape
         q, k, v = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
         flops = 4 * B * H * L * L * E
@@ -70,12 +73,11 @@ def main(argv: list[str] | None = None) -> None:
             t_np = median_time(partial(numpy_engine.run, task), args.repeats)
             t_onnx = median_time(partial(onnx.run, task), args.repeats)
             rows.append((shape, label, t_np, t_onnx, onnx.graph_for(task), flops))
-    rates.append(matmul_rate())
+    rates.append(matmul_rate(repeats=reference))
     peak = max(rates)
     print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "
-        f"{load_before:.2f} before / {os.getloadavg()[0]:.2f} after; numpy {np.__version__}, onnxruntime "
-        f"{onnx.describe()['onnxruntime_version']} on {onnx.provider}; float32 matmul 2048^3: {peak / 1e9:.1f} GFLOP/s"
+        f"load average after: {os.getloadavg()[0]:.2f}; onnxruntime {onnx.describe()['onnxruntime_version']} on "
+        f"{onnx.provider}; float32 matmul 2048^3: {peak / 1e9:.1f} GFLOP/s"
     )
     print()
     print(
@@ -97,7 +99,5 @@ def main(argv: list[str] | None = None) -> None:
     )
     worst = max(r[2] / r[3] for r in rows)
     print(f"target 2: numpy within 2x of ONNX: worst ratio {worst:.2f} ({'met' if worst <= 2 else 'NOT met'})")
-
-
-if __name__ == "__main__":
-    main()
+    numpy_engine.close()
+    return 0

@@ -1,6 +1,6 @@
 """gRPC against REST /v2 binary, in one run, with tritonclient on both sides (issue 20's table).
 
-    python bench/bench_grpc.py [--duration 5] [--clients 8]
+    python -m bench grpc [--duration 5] [--clients 8]
 
 Starts the service once the way production runs it (``python -m service serve``: uvicorn with REST and,
 in the same process, gRPC; ATTN_LOG_LEVEL=warning, so no access line per request), then for each shape,
@@ -13,15 +13,13 @@ tiny (1, 1, 4, 4) and medium (1, 8, 128, 64), and each protocol:
 Both send the same attention request (query, key, value FP32; outputs output and weights; diagnostics on,
 as the service's default) and the answers are checked equal once. The client runs on the same machine as
 the server: the ratios compare the two protocols under the same client overhead. Prints a Markdown table,
-the ratios against the targets (medium gRPC p50 <= REST binary; tiny gRPC p50 <= 1.5x REST), the machine
-and the load average before and after.
+the ratios against the targets (medium gRPC p50 <= REST binary; tiny gRPC p50 <= 1.5x REST) and the load
+average after.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -35,13 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tritonclient.grpc as tg
+import tritonclient.http as th
+
+from bench.ports import free_port
+from bench.suite import Parser
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import tritonclient.grpc as tg  # noqa: E402
-import tritonclient.http as th  # noqa: E402
-from ports import free_port  # noqa: E402  (bench/ is on sys.path: run as a script)
 
 TINY, MEDIUM = (1, 1, 4, 4), (1, 8, 128, 64)
 OUTPUTS = ("output", "weights")
@@ -150,26 +148,15 @@ def throughput(make: Callable[[], Callable[[], Any]], clients: int, duration: fl
     return sum(counts) / (time.perf_counter() - start[0])
 
 
-def machine() -> str:
-    cpu = "unknown"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    import grpc
-
-    return (
-        f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()}, "
-        f"grpcio {grpc.__version__}, tritonclient (both protocols)"
-    )
+def arguments() -> Parser:
+    parser = Parser(__name__, __doc__, quick={"duration": 0.2, "clients": 2})
+    parser.add_duration(5.0)
+    parser.add_clients(8, "threads of the throughput runs, a client each")
+    return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement (default 5)")
-    parser.add_argument("--clients", type=int, default=8, help="threads of the throughput runs (default 8)")
-    args = parser.parse_args(argv)
-    load_before = os.getloadavg()[0]
+def main(argv: list[str]) -> int:
+    args = arguments().parse(argv)
     rows: dict[tuple[str, tuple[int, ...]], tuple[float, float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp, service(Path(tmp) / "service.log") as (url, target):
         for shape in (TINY, MEDIUM):
@@ -199,12 +186,5 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "met" if g <= target * r else "MISSED"
         print(f"| {name} {shape} | {g:.3f} / {r:.3f} | **{g / r:.2f}x** | <= {target:g}x | {verdict} |")
     print()
-    print(
-        f"machine: {machine()}; load average {load_before:.2f} before / {load_after:.2f} after; "
-        f"{args.duration:g} s per measurement; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
-    )
+    print(f"load average after: {load_after:.2f}; {args.duration:g} s per measurement; tritonclient on both sides")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

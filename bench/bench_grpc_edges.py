@@ -1,10 +1,10 @@
 """The memory figures of issue 27, item 3: large messages over both protocols against the memory budget.
 
-    python bench/bench_grpc_edges.py mixed [--clients 32] [--mb 30]     # REST and gRPC uploads at once, keyed
-    python bench/bench_grpc_edges.py unauthenticated [--clients 64] [--mb 30]
-    python bench/bench_grpc_edges.py all
+    python -m bench grpc-edges mixed [--clients 32] [--mb 30]     # REST and gRPC uploads at once, keyed
+    python -m bench grpc-edges unauthenticated [--clients 64] [--mb 30]
+    python -m bench grpc-edges all
 
-It prints first what runs it (CPU, cores, versions, the BLAS kernel, the load average). Each command starts
+Each command starts
 ``python -m service serve`` with gRPC on (numpy only; the defaults: a 1 GiB memory budget,
 32 MiB bodies) and an API key, warms it up, and prints JSON lines: the idle RSS (VmRSS, MiB) after warm-up, the
 peak (VmHWM) against the budget plus 400 MiB, the idle RSS 6 s after the burst, and the answers by status.
@@ -16,22 +16,22 @@ peak (VmHWM) against the budget plus 400 MiB, the idle RSS 6 s after the burst, 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import time
+from argparse import Namespace
 from collections import Counter
 from typing import Any
 
 import grpc
 import httpx
 import numpy as np
-from bench_edges import MB, Server, binary_infer, post_many, shape_for  # bench/ is on sys.path: run as a script
 from grpc import aio
-from ports import free_port
-from timing import machine
 
+from bench.bench_edges import MB, Server, binary_infer, post_many, shape_for
+from bench.ports import free_port
+from bench.suite import Parser
 from service.grpc.generated import inference_pb2 as pb
 from service.grpc.generated import inference_pb2_grpc as pb_grpc
 
@@ -109,7 +109,7 @@ def report(command: str, server: Server, idle: float, **answers: Any) -> None:
     server.stop()
 
 
-def mixed(args: argparse.Namespace) -> None:
+def mixed(args: Namespace) -> None:
     server, target = started()
     idle = warm(server, target)
     body, headers = binary_infer(shape_for(args.mb, 1024))
@@ -124,7 +124,7 @@ def mixed(args: argparse.Namespace) -> None:
     report("mixed", server, idle, mb=round(len(body) / MB, 1), rest=dict(rest), grpc=dict(calls))
 
 
-def unauthenticated(args: argparse.Namespace) -> None:
+def unauthenticated(args: Namespace) -> None:
     server, target = started()
     idle = warm(server, target)
     request = grpc_request(shape_for(args.mb, 1024))
@@ -135,19 +135,20 @@ def unauthenticated(args: argparse.Namespace) -> None:
 COMMANDS = {"mixed": (mixed, 32), "unauthenticated": (unauthenticated, 64)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments() -> Parser:
+    parser = Parser(__name__, __doc__, quick={"clients": 2, "mb": 1.0})
     parser.add_argument("command", choices=[*COMMANDS, "all"])
-    parser.add_argument("--clients", type=int, default=None)
-    parser.add_argument("--mb", type=float, default=30.0)
-    args = parser.parse_args()
-    emit(command="machine", **machine())
+    parser.add_clients(None, "calls (and, with mixed, as many uploads) at once (default 32 mixed, 64 unauthenticated)")
+    parser.add_argument("--mb", type=float, default=30.0, help="MB per message (default 30)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = arguments().parse(argv)
+    given = args.clients
     for name in COMMANDS if args.command == "all" else [args.command]:
         fn, clients = COMMANDS[name]
-        args.clients = clients if args.clients is None or args.command == "all" else args.clients
+        args.clients = clients if given is None else given
         fn(args)
     emit(command="load-after", load=[round(x, 2) for x in os.getloadavg()])
-
-
-if __name__ == "__main__":
-    main()
+    return 0

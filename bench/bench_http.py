@@ -1,6 +1,6 @@
 """End-to-end HTTP benchmark (issue 4): where the time of a request goes, in one run.
 
-    python bench/bench_http.py [--duration 5] [--connections 16] [--rounds 3] [--quick]
+    python -m bench http [--duration 5] [--connections 16] [--rounds 3] [--quick]
 
 Needs wrk (Debian/Ubuntu: ``apt-get install -y wrk``; macOS: ``brew install wrk``).
 The run:
@@ -9,16 +9,19 @@ The run:
    uvicorn, one worker, uvloop and httptools, every middleware; the ONNX engine
    as configured by the ``ATTN_*`` environment) and, beside it, a bare FastAPI
    endpoint that reads the body and returns a constant
-   (``bench/http_bare_app.py``, the HTTP floor), and the service with its
-   /v2 job replaced by the bare app's maths (``bench/http_edge_floor.py``),
+   (``bench/http_bare_app.py``, the HTTP floor), and the service's app with
+   a route of its own in front of /v2 inference that runs the bare app's maths
+   as its job (``bench/http_edge_floor.py``, the edge floor),
    all with ``ATTN_LOG_LEVEL`` warning so that none writes an access log line
    per request;
 2. for each case, checks one request answers 200, then measures with wrk
    (``bench/http_post.lua``): latency p50/p99 with 1 connection, and
    throughput with 16 connections;
-3. right after, runs the same request in-process (the handler's own
-   functions, no HTTP): total, engine only, diagnostics, and the rest (parse,
-   decode, encode, serialize);
+3. right after, runs the same request in process: the service's app called
+   through ASGI as uvicorn calls it, without sockets (``bench/asgi.py``): the
+   total, and from the answer's own ``timing_ms`` the engine and the
+   diagnostics; the rest is everything else the app does (the edge, parse,
+   validation, decode, encode, serialize);
 4. runs the cases of issue 8's targets (``/healthz``, tiny /v1 and /v2,
    medium /v2 JSON and binary, and their floors) again, ``--rounds`` in all,
    one case after the other in each round: on a small VM their p50s move by
@@ -52,10 +55,9 @@ diagnostics on, the same work as /v1).
 
 from __future__ import annotations
 
-import argparse
+import asyncio
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -72,21 +74,16 @@ from typing import Any
 import numpy as np
 import orjson
 
+from bench.asgi import ASGIApp, call
+from bench.http_cases import LARGE, TARGET_CASES, build_cases, v2_body
+from bench.http_report import print_report
+from bench.ports import free_port
+from bench.suite import Parser
+from bench.timing import median_time
+from service.app import create_app
+from service.settings import Settings
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-# E402: the service imports only after ROOT is on sys.path (the benchmark runs as a script).
-from http_cases import LARGE, TARGET_CASES, build_cases, v2_body  # noqa: E402  (bench/ is on sys.path)
-from http_report import print_report  # noqa: E402
-from ports import free_port  # noqa: E402
-from timing import median_time  # noqa: E402
-
-from service.app import create_app  # noqa: E402
-from service.dataplane.memory import MemoryLease  # noqa: E402
-from service.dataplane.models import MODELS  # noqa: E402
-from service.http.v1.attention import attention_job  # noqa: E402
-from service.http.v2.routes import infer_job  # noqa: E402
-from service.settings import Settings  # noqa: E402
 
 LUA = ROOT / "bench" / "http_post.lua"
 SERVER_ENV = {"ATTN_LOG_LEVEL": "warning", "ATTN_GRPC_PORT": "0"}  # gRPC on (the default), on a free port
@@ -158,42 +155,49 @@ def wrk(
 # --------------------------------------------------------------------------- cases
 
 
-def in_process(
-    settings: Settings,
-) -> tuple[
-    Callable[[bytes], Callable[[], dict[str, float]]], Callable[[bytes, dict[str, str]], Callable[[], dict[str, float]]]
-]:
-    """Factories of in-process runs of the /v1 and /v2 handlers' work (the same functions, no HTTP)."""
-    app = create_app(settings)
-    plane = app.state.plane
-    plane.runtime.start_engines()
+V2_PATH = "/v2/models/attention/infer"
 
-    def v1_run(body: bytes) -> Callable[[], dict[str, float]]:
-        def run() -> dict[str, float]:
+
+class InProcess:
+    """The service's app in this process, engines started, called through ASGI on an event loop of its own."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.app: ASGIApp = create_app(settings)
+        self.app.state.runtime.start_engines()
+        self.loop = asyncio.new_event_loop()
+
+    def answer(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[bytes, dict[str, str]]:
+        """The app's answer (body, headers) to one POST; a SystemExit unless it is a 200."""
+        status, out_headers, content = self.loop.run_until_complete(call(self.app, "POST", path, body, headers))
+        if status != 200:
+            raise SystemExit(f"in process, POST {path}: {status} {content[:500]!r}")
+        return content, out_headers
+
+    def timed(self, path: str, body: bytes, headers: dict[str, str]) -> Callable[[], dict[str, float]]:
+        """A run of one request: its total (ms, from the call into the app to the last byte of its answer) and the
+        phases of the answer's ``timing_ms`` (/v1's field, /v2's parameter; the JSON part of a binary answer).
+        """
+
+        async def once() -> tuple[float, int, dict[str, str], bytes]:
             t0 = time.perf_counter()
-            # the route's own steps: parse (simdjson for large bodies), validate, decode, compute, serialize
-            content = attention_job(plane.context, body).run(MemoryLease(None))
-            total = time.perf_counter() - t0
-            return {**orjson.loads(content)["timing_ms"], "total": total * 1e3}
+            status, out_headers, content = await call(self.app, "POST", path, body, headers)
+            return time.perf_counter() - t0, status, out_headers, content
+
+        def run() -> dict[str, float]:
+            seconds, status, out_headers, content = self.loop.run_until_complete(once())
+            if status != 200:
+                raise SystemExit(f"in process, POST {path}: {status} {content[:500]!r}")
+            if path == V2_PATH:
+                n = int(out_headers.get("inference-header-content-length", len(content)))
+                timing = json.loads(orjson.loads(content[:n])["parameters"]["timing_ms"])
+            else:
+                timing = orjson.loads(content)["timing_ms"]
+            return {**timing, "job": timing["total"], "total": seconds * 1e3}
 
         return run
 
-    def v2_run(body: bytes, headers: dict[str, str]) -> Callable[[], dict[str, float]]:
-        header_length = headers.get("Inference-Header-Content-Length")
-
-        def run() -> dict[str, float]:
-            t0 = time.perf_counter()
-            content, out_headers, _ = infer_job(plane.context, MODELS["attention"], body, header_length).run(
-                MemoryLease(None)
-            )
-            total = time.perf_counter() - t0
-            n = int(out_headers.get("Inference-Header-Content-Length", len(content)))
-            timing = json.loads(orjson.loads(bytes(content[:n]))["parameters"]["timing_ms"])
-            return {**timing, "total": total * 1e3}
-
-        return run
-
-    return v1_run, v2_run
+    def close(self) -> None:
+        self.loop.close()
 
 
 def measure_in_process(run: Callable[[], dict[str, float]], budget_s: float) -> dict[str, float]:
@@ -202,18 +206,9 @@ def measure_in_process(run: Callable[[], dict[str, float]], budget_s: float) -> 
     deadline = time.perf_counter() + budget_s
     while len(samples) < 5 or (time.perf_counter() < deadline and len(samples) < 2000):
         samples.append(run())
-    med = {k: statistics.median(s[k] for s in samples) for k in ("total", "compute", "diagnostics")}
+    med = {k: statistics.median(s[k] for s in samples) for k in ("total", "job", "compute", "diagnostics")}
     med["codec"] = max(med["total"] - med["compute"] - med["diagnostics"], 0.0)
     return med
-
-
-def v2_answer(settings: Settings, body: bytes) -> bytes:
-    """The service's answer to a /v2 JSON request, computed in-process."""
-    app = create_app(settings)
-    plane = app.state.plane
-    plane.runtime.start_engines()
-    content, _, _ = infer_job(plane.context, MODELS["attention"], body, None).run(MemoryLease(None))
-    return bytes(content)
 
 
 def json_codec_floor(body: bytes, answer: bytes, repeat: int = 30) -> dict[str, float]:
@@ -230,22 +225,12 @@ def json_codec_floor(body: bytes, answer: bytes, repeat: int = 30) -> dict[str, 
     }
 
 
-def machine() -> list[str]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+def versions() -> list[str]:
+    """The server side's versions beyond the header's (bench/machine.py): FastAPI, uvicorn, wrk."""
     import fastapi
     import uvicorn
 
-    return [
-        f"- CPU: {cpu}, {os.cpu_count()} logical cores; Python {platform.python_version()}, numpy {np.__version__}, "
-        f"fastapi {fastapi.__version__}, uvicorn {uvicorn.__version__} (uvloop, httptools), wrk {wrk_version()}",
-    ]
+    return [f"- fastapi {fastapi.__version__}, uvicorn {uvicorn.__version__} (uvloop, httptools), wrk {wrk_version()}"]
 
 
 def wrk_version() -> str:
@@ -258,20 +243,18 @@ def load() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run (default 5)")
+def arguments() -> Parser:
+    parser = Parser(__name__, __doc__, quick={"duration": 1.0, "rounds": 1})
+    parser.add_duration(5.0, "seconds per wrk run")
     parser.add_argument("--connections", type=int, default=16, help="connections of the throughput runs (default 16)")
-    parser.add_argument("--quick", action="store_true", help="1 s per run, a smoke test of the benchmark itself")
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=3,
-        help="rounds of the targets' cases, interleaved; their ratios use the median p50 (default 3)",
-    )
-    args = parser.parse_args(argv)
-    duration = 1.0 if args.quick else args.duration
-    rounds = 1 if args.quick else max(1, args.rounds)
+    parser.add_rounds(3, "rounds of the targets' cases, interleaved; their ratios use the median p50")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = arguments().parse(argv)
+    duration = args.duration
+    rounds = max(1, args.rounds)
     if shutil.which("wrk") is None:
         print(
             "wrk is not installed: `apt-get install -y wrk` (Debian/Ubuntu) or `brew install wrk` (macOS)",
@@ -281,11 +264,15 @@ def main(argv: list[str] | None = None) -> int:
 
     load_start = load()
     settings = Settings(**{})  # the environment's ATTN_* settings, as the served app sees them
-    v1_run, v2_run = in_process(settings)
+    local = InProcess(settings)
 
-    medium_json, _ = v2_body(LARGE, False)
-    medium_answer = v2_answer(settings, medium_json)
-    cases = build_cases(v1_run, v2_run, len(medium_answer))
+    medium_json, medium_headers = v2_body(LARGE, False)
+    medium_answer, _ = local.answer(V2_PATH, medium_json, medium_headers)
+    cases = build_cases(
+        lambda body: local.timed("/v1/attention", body, {"Content-Type": "application/json"}),
+        lambda body, headers: local.timed(V2_PATH, body, headers),
+        len(medium_answer),
+    )
     codec_floor = json_codec_floor(medium_json, medium_answer)
 
     engines_used: dict[str, str] = {}  # /v1 case name -> the engine `auto` chose for it
@@ -294,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         ports = {"service": free_port(), "bare": free_port(), "edge": free_port()}
         base = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}  # by Case.server
         service_cmd = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(ports["service"])]
-        bare_cmd = [sys.executable, str(ROOT / "bench" / "http_bare_app.py"), "--port", str(ports["bare"])]
-        edge_cmd = [sys.executable, str(ROOT / "bench" / "http_edge_floor.py"), "--port", str(ports["edge"])]
+        bare_cmd = [sys.executable, "-m", "bench.http_bare_app", "--port", str(ports["bare"])]
+        edge_cmd = [sys.executable, "-m", "bench.http_edge_floor", "--port", str(ports["edge"])]
         with (
             server(service_cmd, base["service"] + "/readyz", tmpdir / "service.log"),
             server(bare_cmd, base["bare"] + "/openapi.json", tmpdir / "bare.log"),
@@ -331,20 +318,17 @@ def main(argv: list[str] | None = None) -> int:
                     p50 = wrk(case.method, url, tmpdir / f"body{i}", case.headers, 1, duration)["p50_us"] / 1e3
                     case.p50s.append(p50)
     load_end = load()
+    local.close()
 
     print_report(
         cases,
         duration=duration,
         connections=args.connections,
         rounds=rounds,
-        machine_lines=machine(),
+        machine_lines=versions(),
         load_start=load_start,
         load_end=load_end,
         engines_used=engines_used,
         codec_floor=codec_floor,
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,18 +1,19 @@
 """Per-request cost of the middleware, in-process: the app driven through ASGI with and without it.
 
-    python bench/bench_middleware.py [--n 20000]
+    python -m bench middleware [--n 20000]
 
-Builds the app as ``create_app`` does (settings from ``ATTN_*``, ONNX off) and
-calls it directly (no server, no sockets) for ``GET /healthz`` and a tiny
-``POST /v1/attention``, then the same app with its user middleware removed
-(routing, handlers and Starlette's own error layers stay). The difference of
-the best batches is what the middleware costs each request. Logging is at warning,
-so the access line is built but not written (as in the HTTP benchmarks).
+Builds two apps as ``create_app`` does (settings from ``ATTN_*``, ONNX off) and
+calls them directly (no server, no sockets) for ``GET /healthz`` and a tiny
+``POST /v1/attention``: the service's app, and a second one whose list of user
+middleware (Starlette's ``user_middleware``, from which it builds its stack on
+its first request) keeps only the gzip layer (routing, handlers and Starlette's
+own error layers stay). The difference of the best batches is what the
+middleware costs each request. Logging is at warning, so the access line is
+built but not written (as in the HTTP benchmarks).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import time
@@ -20,33 +21,15 @@ from typing import Any
 
 import orjson
 
+from bench.asgi import scope
+from bench.suite import Parser
 from service.app import create_app
+from service.http.bodies import GZipIfAccepted
 from service.settings import Settings
 
 TINY = orjson.dumps(
     {"query": [[1.0, 0.0], [0.0, 1.0]], "key": [[1.0, 0.0], [0.0, 1.0]], "value": [[1.0, 2.0], [3.0, 4.0]]}
 )
-
-
-def scope(method: str, path: str, body: bytes) -> dict[str, Any]:
-    headers = [(b"host", b"bench"), (b"user-agent", b"bench")]
-    if body:
-        headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": headers,
-        "client": ("127.0.0.1", 5000),
-        "server": ("127.0.0.1", 8000),
-        "state": {},
-    }
 
 
 async def timed(apps: list[Any], method: str, path: str, body: bytes, n: int) -> list[float]:
@@ -75,28 +58,28 @@ async def timed(apps: list[Any], method: str, path: str, body: bytes, n: int) ->
     return [min(times) for times in batches]  # the least disturbed batch: robust on a shared machine
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=20000)
-    args = parser.parse_args()
+def arguments() -> Parser:
+    parser = Parser(__name__, __doc__, quick={"n": 200})
+    parser.add_argument("--n", type=int, default=20000, help="requests per app and case, in batches of 100")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = arguments().parse(argv)
     logging.getLogger("service").setLevel(logging.WARNING)
     settings = Settings(enable_onnx=False)
     full = create_app(settings)
     full.state.runtime.start_engines()
-    bare = create_app(settings)
+    bare = create_app(settings)  # an app of its own, configured before its first request builds its stack
     bare.state.runtime.start_engines()
-    bare.user_middleware = [m for m in bare.user_middleware if "GZip" in m.cls.__name__]
-    bare.middleware_stack = None
+    bare.user_middleware = [m for m in bare.user_middleware if m.cls is GZipIfAccepted]
 
     async def run() -> None:
         cases = (("GET /healthz", "GET", "/healthz", b""), ("POST /v1/attention (tiny)", "POST", "/v1/attention", TINY))
         for name, method, path, body in cases:
-            await timed([full, bare], method, path, body, 2000)  # warm-up (route templates, caches)
+            await timed([full, bare], method, path, body, min(2000, args.n))  # warm-up (route templates, caches)
             with_mw, without = await timed([full, bare], method, path, body, args.n)
             print(f"{name}: {with_mw:.1f} us with the middleware, {without:.1f} us without: {with_mw - without:.1f} us")
 
     asyncio.run(run())
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -13,16 +13,14 @@ draw per row, a fixed seed, the default answer: tokens, logprobs, diagnostics) i
 - **HTTP**: ``python -m service serve`` (uvicorn, every middleware) on a free port, one persistent
   connection, the same body; p50 of the round trip.
 
-Usage: ``python bench/bench_sample.py [--repeats 30]``. Prints a Markdown table for docs/benchmarks/sampling.md.
+Usage: ``python -m bench sample [--repeats 30]``. Prints a Markdown table for docs/benchmarks/sampling.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import http.client
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -35,17 +33,16 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from bench.ports import free_port
+from bench.suite import Parser
+from bench.timing import median_time
+from service.app import create_app
+from service.core import sampling
+from service.dataplane.memory import MemoryLease
+from service.http.v1.logits import sample_job
+from service.settings import Settings
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from ports import free_port  # noqa: E402  (bench/ is on sys.path: run as a script)
-from timing import median_time  # noqa: E402
-
-from service.app import create_app  # noqa: E402
-from service.core import sampling  # noqa: E402
-from service.dataplane.memory import MemoryLease  # noqa: E402
-from service.http.v1.logits import sample_job  # noqa: E402
-from service.settings import Settings  # noqa: E402
 
 SHAPES = [(1, 32000), (1, 256000), (64, 32000)]
 TOP_K, TOP_P, SEED = 50, 0.9, 1234
@@ -140,15 +137,18 @@ def http_ms(port: int, body: bytes, repeats: int) -> float:
         conn.close()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=30)
-    args = ap.parse_args()
+def arguments() -> Parser:
+    parser = Parser(__name__, __doc__, quick={"repeats": 1})
+    parser.add_repeats(30)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = arguments().parse(argv)
     app = create_app(Settings(enable_onnx=False))
     ctx = app.state.plane.context
     port = free_port()
     rows = []
-    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         proc = start_server(port, Path(tmp) / "server.log")
         try:
@@ -167,11 +167,9 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    load_after = os.getloadavg()
     print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"numpy {np.__version__}; load average {load_before[0]:.2f} before / {load_after[0]:.2f} after; "
-        f"top_k {TOP_K}, top_p {TOP_P}, float32, n = 1, median of {args.repeats}"
+        f"load average after: {os.getloadavg()[0]:.2f}; top_k {TOP_K}, top_p {TOP_P}, float32, n = 1, "
+        f"median of {args.repeats}"
     )
     print()
     print(
@@ -181,7 +179,4 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|")
     for shape, size, core, base, handler, over_http in rows:
         print(f"| {shape} | {size} | {core:.2f} | {base:.2f} | {base / core:.1f}x | {handler:.2f} | {over_http:.2f} |")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

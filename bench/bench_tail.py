@@ -1,8 +1,8 @@
 """Tail latency of tiny requests with and without the frozen start-up heap (``ATTN_GC_FREEZE``), in one run.
 
-    python bench/bench_tail.py [--duration 15] [--rounds 3]
+    python -m bench tail [--duration 15] [--rounds 3]
 
-Needs wrk (as ``bench/bench_http.py``). Starts the service twice the way
+Needs wrk (as ``python -m bench http``). Starts the service twice the way
 production runs it (``python -m service serve``), one with ``ATTN_GC_FREEZE``
 true (the default) and one with it false, and sends each, in alternating
 rounds, one client's stream of (1, 1, 4, 4) ``/v2`` JSON requests with
@@ -17,7 +17,7 @@ requests.
 
 from __future__ import annotations
 
-import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -25,9 +25,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench_http import load, machine, send, server, wrk
-from http_cases import SMALL, v2_body
-from ports import free_port
+from bench.bench_http import load, send, server, versions, wrk
+from bench.http_cases import SMALL, v2_body
+from bench.ports import free_port
+from bench.suite import Parser
 
 
 def gc_collections(url: str) -> dict[str, float]:
@@ -46,11 +47,22 @@ VARIANTS = {"frozen (ATTN_GC_FREEZE=true)": "true", "not frozen (ATTN_GC_FREEZE=
 PATH = "/v2/models/attention/infer"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=15, help="seconds of wrk per round and server")
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args(argv)
+def arguments() -> Parser:
+    parser = Parser(__name__, __doc__, quick={"duration": 1.0, "rounds": 1, "warmup": 1.0})
+    parser.add_duration(15.0, "seconds of wrk per round and server")
+    parser.add_rounds(3, "rounds, alternating the two servers")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of wrk per server first (default 2)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = arguments().parse(argv)
+    if shutil.which("wrk") is None:
+        print(
+            "wrk is not installed: `apt-get install -y wrk` (Debian/Ubuntu) or `brew install wrk` (macOS)",
+            file=sys.stderr,
+        )
+        return 2
     body, headers = v2_body(SMALL, False)
     load_start = load()
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}
@@ -68,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                     server([*cmd, str(ports[name])], f"{url}/readyz", log, env={"ATTN_GC_FREEZE": freeze})
                 )
             for port in ports.values():  # warm-up
-                wrk("POST", f"http://127.0.0.1:{port}{PATH}", body_file, headers, 1, 2)
+                wrk("POST", f"http://127.0.0.1:{port}{PATH}", body_file, headers, 1, args.warmup)
             before = {name: gc_collections(f"http://127.0.0.1:{port}") for name, port in ports.items()}
             for r in range(args.rounds):
                 for name, port in ports.items():
@@ -78,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                     runs[name].append(result)
                     print(f"  round {r + 1} {name}: {result}", file=sys.stderr)
             after = {name: gc_collections(f"http://127.0.0.1:{port}") for name, port in ports.items()}
-    print(f"### Tail latency, one run of `python bench/bench_tail.py` ({round(args.duration)} s x {args.rounds})\n")
-    print(*machine(), sep="\n")
+    print(f"### Tail latency ({round(args.duration)} s x {args.rounds})\n")
+    print(*versions(), sep="\n")
     print(f"- load average (1, 5, 15 min) at start: {load_start}; at end: {load()}\n")
     print("| server | round | requests | p50 ms | p99 ms | p99.9 ms | max ms |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -102,7 +114,3 @@ def main(argv: list[str] | None = None) -> int:
         f = statistics.median(x[key] for x in frozen) / 1e3
         print(f"- {label} (median of rounds): not frozen {a:.2f} ms / frozen {f:.2f} ms = {a / f:.2f}x")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,5 +1,5 @@
-"""The HTTP floor for bench/bench_http.py: a bare FastAPI endpoint that returns a constant (POST reads the body first),
-``POST /bare/sized?n=N`` that answers N bytes (the transport of a large request and answer alone), and
+"""The HTTP floor for ``python -m bench http``: a bare FastAPI endpoint that returns a constant (POST reads the body
+first), ``POST /bare/sized?n=N`` that answers N bytes (the transport of a large request and answer alone), and
 ``POST /bare/attention``, the service's maths with none of its per-request layers (the numerics floor of a
 tiny /v2 request).
 
@@ -7,21 +7,19 @@ Served exactly as the service is (uvicorn with uvloop and httptools, one worker,
 no server header), so the difference between the two is what the service does
 per request beyond HTTP and routing.
 
-    python bench/http_bare_app.py --port 8001
+    python -m bench.http_bare_app --port 8001
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import numpy as np
 import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the service, when run as a script
 from service.core.attention import run_attention
 from service.core.diagnostics import attention_diagnostics
 from service.core.types import AttentionInputs, AttentionParams, AttentionTask
@@ -53,7 +51,7 @@ def tiny_answer(body: bytes) -> bytes | None:
     """A /v2 JSON attention request (float32 query, key and value) answered with output, weights and diagnostics
     by the service's own numerics (``service.core``), without its parsing, validation, budgets, dispatch, metrics
     or middleware: what no implementation on this server and these functions goes below. None when a tensor is
-    not finite. ``bench/http_edge_floor.py`` runs it inside the service's HTTP edge.
+    not finite. :mod:`bench.http_edge_floor` runs it inside the service's HTTP edge.
     """
     tensors = {
         t["name"]: np.array(t["data"], dtype=np.float32).reshape(t["shape"]) for t in orjson.loads(body)["inputs"]
@@ -92,14 +90,14 @@ async def bare_get() -> Response:
     return Response(CONSTANT, media_type="application/json")
 
 
-if __name__ == "__main__":
+def main(argv: list[str]) -> int:
     import uvicorn
 
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(prog="python -m bench.http_bare_app", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--log-level", default="warning")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     uvicorn.run(
         app,
         host=args.host,
@@ -109,3 +107,8 @@ if __name__ == "__main__":
         loop="uvloop",
         http="httptools",
     )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

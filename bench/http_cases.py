@@ -1,4 +1,6 @@
-"""The cases of ``bench/bench_http.py``: their names, the request bodies, and what each measured."""
+"""The cases of ``python -m bench http`` (``bench/bench_http.py``): their names, the request bodies, and what each
+measured.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ LIVE_GET = "service GET /v2/health/live"
 HEALTHZ = "service GET /healthz"
 BARE_MEDIUM_JSON = "bare FastAPI POST, medium /v2 JSON sizes (transport floor)"
 BARE_TINY_MATHS = "bare app POST (a Starlette route), tiny /v2 JSON computed with service.core (numerics floor)"
-EDGE_TINY_MATHS = "the service's HTTP edge, its /v2 job replaced by the bare app's maths (edge floor)"
+EDGE_TINY_MATHS = "the service's HTTP edge, the bare app's maths as its /v2 job (edge floor)"
 TARGET_CASES = (
     HEALTHZ,
     f"/v1 {SMALL} lists",

@@ -1,59 +1,105 @@
-"""The service with its /v2 inference job replaced by the bare app's maths: the floor of a tiny /v2 JSON request
-in this service's HTTP edge, for bench/bench_http.py.
+"""The floor of a tiny /v2 JSON request in this service's HTTP edge, for ``python -m bench http``: the service's app
+with a route of its own in front of /v2 inference, whose job is the bare app's maths.
 
 Everything a request meets before and after its job is the service's own: the connection protocol, the
 API-key check, admission, request ids, the body read, the scheduler and its memory lease, metrics and the
-access log. The job itself is :func:`http_bare_app.tiny_answer`: parse, ``service.core``'s attention and
+access log. The job itself is :func:`bench.http_bare_app.tiny_answer`: parse, ``service.core``'s attention and
 diagnostics, orjson, with none of the job's checks, budgets, dispatch or timing. So, in one run:
 
 - this server's p50 minus ``GET /healthz``'s is what a tiny request costs here with the job at its floor;
 - the service's p50 minus this server's is what the job's own layers cost over the socket.
 
-Started as the service is (``python -m service serve``'s code, one worker) on 127.0.0.1 and ``--port``; every
-other setting comes from the ``ATTN_*`` environment.
+Nothing of the service is replaced: :func:`floor_app` builds the app with ``create_app`` and puts one route at
+the head of its route table (Starlette's list, as ``create_app`` itself orders its routes), at the same path
+template as the service's inference route, so it is matched first, with the same metrics label. The route does
+what the service's /v2 route does around its job, with the service's public functions (the model's readiness,
+the body read through the edge's limits, the scheduler with the body's reservation), and answers the bare
+maths. :func:`serve` runs the app as ``python -m service serve`` runs the service with one worker (uvicorn with
+the service's connection protocol, log configuration and time limits). Both follow the service's code by hand:
+bench/README.md says which public hook would replace them.
 
-    python bench/http_edge_floor.py --port 8002
+    python -m bench.http_edge_floor --port 8002
+
+Started by ``python -m bench http`` on 127.0.0.1; every setting comes from the ``ATTN_*`` environment.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the service, when run as a script
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # http_bare_app
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
 
-from http_bare_app import tiny_answer
-
-import service.http.v2.routes as v2_routes
-from service.dataplane.context import Context
+from bench.http_bare_app import tiny_answer
+from service.app import create_app
 from service.dataplane.memory import MemoryLease
-from service.dataplane.models import Model
 from service.dataplane.scheduling import Job
+from service.http.bodies import held_body_bytes, read_body
+from service.http.routing import RawRoute
+from service.settings import Settings
+
+INFER_PATH = "/v2/models/{model_name}/infer"
+"""The service's /v2 inference route (``service/http/v2/routes.py``), which the floor's route goes in front of."""
 
 
-def floor_job(ctx: Context, model: Model, body: bytes, header_length: str | None) -> Job[v2_routes.Encoded]:
-    """The /v2 job at its floor: the bare app's answer, estimated as free (so it runs on the event loop)."""
+def floor_app(settings: Settings) -> FastAPI:
+    """The service's app, its /v2 inference answered by the bare maths (module docstring)."""
+    app = create_app(settings)
+    plane = app.state.plane
 
-    def run(lease: MemoryLease) -> v2_routes.Encoded:
-        answer = tiny_answer(body)
-        if answer is None:
-            raise ValueError("a tensor is not finite")
-        return answer, {}, "application/json"
+    async def infer(request: Request, model_name: str) -> Response:
+        plane.ready_model(model_name, None)
+        body = await read_body(request, plane.settings.max_body_bytes, json_only=False)
 
-    return Job(0.0, 0, 0, run)
+        def run(lease: MemoryLease) -> bytes:
+            answer = tiny_answer(body)
+            if answer is None:
+                raise ValueError("a tensor is not finite")
+            return answer
+
+        content = await plane.scheduler.run(
+            len(body),
+            lambda: Job(0.0, 0, 0, run),  # estimated as free: it runs on the event loop, as a tiny request does
+            reserved_bytes=held_body_bytes(request),
+        )
+        return Response(content, media_type="application/json")
+
+    app.router.routes.insert(0, RawRoute(INFER_PATH, infer, methods=["POST"], include_in_schema=False))
+    return app
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
+def serve(settings: Settings, app: FastAPI) -> int:
+    """Run ``app`` as ``python -m service serve`` runs the service with one worker, until SIGTERM or SIGINT."""
+    import uvicorn
+
+    from service.observability.logs import log_config
+
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        log_config=log_config(settings.log_level, settings.log_format),
+        access_log=False,  # the service writes its own access line per request
+        server_header=False,
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        http="service.http.edge.protocol:BoundedHttpToolsProtocol",
+    )
+    server = uvicorn.Server(config)
+    server.run()
+    return 0 if server.started else 3
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.http_edge_floor", description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, required=True)
-    args = parser.parse_args()
-    v2_routes.infer_job = floor_job  # looked up by name when a request runs
-    from service.__main__ import main as serve
-
-    return serve(["serve", "--host", "127.0.0.1", "--port", str(args.port)])
+    args = parser.parse_args(argv)
+    settings = Settings(host="127.0.0.1", port=args.port)
+    return serve(settings, floor_app(settings))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -1,8 +1,8 @@
-"""The tables and ratios that ``bench/bench_http.py`` prints."""
+"""The tables and ratios that ``python -m bench http`` (``bench/bench_http.py``) prints."""
 
 from __future__ import annotations
 
-from http_cases import (  # bench/ is on sys.path: run as a script
+from bench.http_cases import (
     BARE_GET,
     BARE_MEDIUM_JSON,
     BARE_POST,
@@ -95,16 +95,16 @@ def print_report(
     codec_floor: dict[str, float],
 ) -> None:
     """The run's Markdown: the machine, every case, issue 4's ratios and issue 8's targets."""
-    print(f"### HTTP end to end, one run of `python bench/bench_http.py` (wrk, {round(duration)} s per run)\n")
+    print(f"### HTTP end to end (wrk, {round(duration)} s per run)\n")
     print(*machine_lines, sep="\n")
     chosen = "; ".join(f"{name}: {engine}" for name, engine in engines_used.items())
     print(f"- load average (1, 5, 15 min) at start: {load_start}; at end: {load_end}")
     print(f"- engine chosen by `auto`: {chosen}\n")
     print(
         "| case | request bytes | response bytes | p50 ms (c=1) | p99 ms (c=1) | req/s (c=1) | "
-        f"req/s (c={connections}) | non-2xx | in-process ms: total | engine | diagnostics | codec |"
+        f"req/s (c={connections}) | non-2xx | in-process ms: app | job | engine | diagnostics | rest |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c in cases:
         errors = c.e2e["non_2xx"] + c.e2e_c["non_2xx"] + c.e2e["socket_errors"] + c.e2e_c["socket_errors"]
         loc = c.local
@@ -112,7 +112,7 @@ def print_report(
             f"| {c.name} | {len(c.body) if c.method == 'POST' else 'GET'} | {c.response_bytes} "
             f"| {c.e2e['p50_us'] / 1e3:.2f} | {c.e2e['p99_us'] / 1e3:.2f} | "
             f"{c.e2e['rps']:.0f} | {c.e2e_c['rps']:.0f} | {errors} | {fmt(loc.get('total'))} "
-            f"| {fmt(loc.get('compute'))} | "
+            f"| {fmt(loc.get('job'))} | {fmt(loc.get('compute'))} | "
             f"{fmt(loc.get('diagnostics'))} | {fmt(loc.get('codec'))} |"
         )
 
@@ -177,6 +177,7 @@ def print_report(
         for name in TARGET_CASES:
             print(f"- {name}: {' '.join(f'{x:.3f}' for x in by[name].p50s)}")
     print(
-        "\nin-process: the handler's own functions without HTTP (median); engine = the dispatcher's run, "
-        "diagnostics = core diagnostics, codec = the rest (JSON parse, validation, tensor decode, encode, serialize)."
+        "\nin-process (medians): app = the service's app called through ASGI, no sockets, from the call to the last "
+        "byte of the answer; job, engine and diagnostics = the answer's timing_ms (total, compute, diagnostics); "
+        "rest = app - engine - diagnostics (the edge, body read, parse, validation, decode, encode, serialize)."
     )

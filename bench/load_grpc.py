@@ -1,6 +1,9 @@
 """gRPC load driver (issue 27): many concurrent ModelInfer calls, valid and invalid mixed, tallied by kind.
 
-    python bench/load_grpc.py --target 127.0.0.1:8001 [--clients 64] [--channels 8] [--duration 60] [--json out.json]
+    python -m bench.load_grpc --target 127.0.0.1:8001 [--clients 64] [--channels 8] [--duration 60] [--json out.json]
+
+Started by ``python -m bench load`` (a process of its own, so that its clients do not share the load test's
+interpreter); it prints no machine header, since its first line on stdout is the ``ready`` the load test waits for.
 
 Runs ``--clients`` clients on grpc.aio, spread over ``--channels`` channels (each with its own subchannel
 pool: distinct connections), each calling in a loop until ``--duration`` seconds have passed. Every call has
@@ -33,10 +36,7 @@ from typing import Any
 import numpy as np
 from grpc import aio
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from service.grpc.generated import inference_pb2 as pb  # noqa: E402  (the repository root is on sys.path now)
+from service.grpc.generated import inference_pb2 as pb
 
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
 TIMEOUT_S = 60.0
@@ -183,14 +183,14 @@ async def run(target: str, clients: int, channels: int, duration: float) -> dict
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.load_grpc", description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", required=True, help="host:port of the gRPC server")
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--channels", type=int, default=8)
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--json", help="write the report here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     report = asyncio.run(run(args.target, args.clients, max(1, min(args.channels, args.clients)), args.duration))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
@@ -199,4 +199,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -1,4 +1,4 @@
-"""A free TCP port on the loopback for the benchmarks' servers (run as scripts: ``bench/`` is on sys.path)."""
+"""A free TCP port on the loopback for the benchmarks' servers."""
 
 from __future__ import annotations
 

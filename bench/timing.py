@@ -1,18 +1,13 @@
-"""Timing helpers shared by the in-process benchmarks (run as scripts: ``bench/`` is on sys.path)."""
+"""Timing helpers shared by the in-process benchmarks: the median of timed calls, the matmul reference rate."""
 
 from __future__ import annotations
 
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
-import grpc
 import numpy as np
-from threadpoolctl import ThreadpoolController, threadpool_info
+from threadpoolctl import ThreadpoolController
 
 from service.engines.numpy_engine import available_cpus
 
@@ -39,19 +34,3 @@ def matmul_rate(n: int = 2048, repeats: int = 7) -> float:
     a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
     with all_cores():
         return 2 * n**3 / median_time(lambda: a @ a, repeats)
-
-
-def machine() -> dict[str, Any]:
-    """What runs the benchmark: CPU, cores, versions, the BLAS kernel, the load average."""
-    lines = Path("/proc/cpuinfo").read_text().splitlines()
-    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
-    blas = [f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')}" for i in threadpool_info()]
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "grpcio": grpc.__version__,
-        "blas": blas,
-        "load": [round(x, 2) for x in os.getloadavg()],
-    }

@@ -25,7 +25,7 @@ def _graph_names() -> list[str]:
 def test_every_exported_graph_has_measured_costs() -> None:
     names = _graph_names()
     missing = [n for n in names if n not in cost.ONNX_NS_PER_SCORE or n not in cost.ONNX_BYTES_PER_SCORE]
-    assert not missing, f"run bench/bench_costs.py and add these graphs to service/engines/cost.py: {missing}"
+    assert not missing, f"run `python -m bench costs` and add these graphs to service/engines/cost.py: {missing}"
     assert max(cost.ONNX_BYTES_PER_SCORE.values()) <= cost.ONNX_DEFAULT_BYTES_PER_SCORE
     assert max(cost.ONNX_NS_PER_SCORE.values()) <= cost.ONNX_DEFAULT_NS_PER_SCORE
 
@@ -60,9 +60,6 @@ def test_the_issue_requests_are_costed_as_what_they_took() -> None:
     assert sparse_numpy.peak_bytes < 128 << 20
 
 
-CHILD = ROOT / "bench" / "bench_costs.py"
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("engine", "normalizer", "alpha", "dtype", "weights"),
@@ -81,11 +78,8 @@ def test_measured_peak_memory_stays_under_the_model(
     most the model's, and with ONNX Runtime's arena off and the heap trimmed after a large run, the
     memory goes back: what stays is a fraction of the peak.
     """
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        from bench_costs import measure
-    finally:
-        sys.path.pop(0)
+    from bench.bench_costs import measure
+
     H, S, E = (4 if engine == "onnx" else 1), 1024, 16
     spec = {
         "shape": [1, H, S, S, E],
@@ -115,7 +109,9 @@ def test_measured_peak_memory_stays_under_the_model(
 
 
 def test_bench_costs_script_is_importable() -> None:
-    out = subprocess.run([sys.executable, str(CHILD), "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "costs", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert out.returncode == 0 and "--scores" in out.stdout
 
 
