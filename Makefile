@@ -78,23 +78,16 @@ docs: $(VENV)/.installed-test
 screenshots: $(VENV)/.installed-test
 	PLAYGROUND_SCREENSHOTS_DIR=docs/screenshots $(BIN)/python -m pytest tests/playground -q
 
-bench: $(VENV)/.installed
-	$(BIN)/python bench/bench_numpy_engine.py
+# Benchmarks (bench/README.md; not timed tests, the suite never runs them): `make bench` lists them, `make bench
+# NAME=http ARGS='--quick'` runs one (`python -m bench NAME ARGS`: the machine header, then its tables). NAME is read
+# from the command line only (WSL's environment sets a NAME of its own). http, tail and load need wrk
+# (apt-get install -y wrk); the test extras bring tritonclient, httpx and the client that others use.
+bench: $(VENV)/.installed-test
+	$(BIN)/python -m bench $(if $(filter command line,$(origin NAME)),$(NAME)) $(ARGS)
 
-# End-to-end HTTP benchmark; needs wrk (Debian/Ubuntu: apt-get install -y wrk).
-bench-http: $(VENV)/.installed
-	$(BIN)/python bench/bench_http.py
-
-# 60 s at concurrency 64, valid + invalid + oversized requests; needs wrk (apt-get install -y wrk).
-load-test: $(VENV)/.installed
-	$(BIN)/python bench/load_test.py
-
-bench-engines: $(VENV)/.installed
-	$(BIN)/python bench/bench_engines.py
-
-# /v1/sample in-process and over HTTP against plain numpy with full sorts (starts its own server).
-bench-sample: $(VENV)/.installed
-	$(BIN)/python bench/bench_sample.py
+# The targets of before, each one benchmark: make bench NAME=http, NAME=engines, NAME=sample, NAME=load.
+bench-http bench-engines bench-sample load-test: $(VENV)/.installed-test
+	$(BIN)/python -m bench $(patsubst load-test,load,$(patsubst bench-%,%,$@)) $(ARGS)
 
 export-models: $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -e '.[export]'
