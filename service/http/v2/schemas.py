@@ -90,9 +90,15 @@ class InferenceResponse(_Doc):
 
 
 class MetadataTensor(_Doc):
+    """The protocol's ``metadata_tensor``, plus what its one shape cannot say (not in the protocol's schema)."""
+
     name: str
-    datatype: str
-    shape: Shape
+    datatype: str = Field(description="the first of the datatypes the tensor takes")
+    shape: Shape = Field(description="the largest rank the tensor takes, every size variable (-1)")
+    ranks: list[int] | None = Field(None, description="every rank the tensor takes (smaller: leading axes of size 1)")
+    datatypes: list[str] | None = Field(None, description="every datatype the tensor takes, when several")
+    optional: bool | None = Field(None, description="true for an input a request may leave out")
+    description: str | None = None
 
 
 class ModelMetadata(_Doc):
