@@ -72,7 +72,8 @@ def main(argv: list[str]) -> int:
     full.state.runtime.start_engines()
     bare = create_app(settings)  # an app of its own, configured before its first request builds its stack
     bare.state.runtime.start_engines()
-    bare.user_middleware = [m for m in bare.user_middleware if m.cls is GZipIfAccepted]
+    gzip: object = GZipIfAccepted
+    bare.user_middleware = [m for m in bare.user_middleware if m.cls is gzip]
 
     async def run() -> None:
         cases = (("GET /healthz", "GET", "/healthz", b""), ("POST /v1/attention (tiny)", "POST", "/v1/attention", TINY))

@@ -84,8 +84,9 @@ def serve(settings: Settings, app: FastAPI) -> int:
         log_config=log_config(settings.log_level, settings.log_format),
         access_log=False,  # the service writes its own access line per request
         server_header=False,
-        timeout_graceful_shutdown=settings.shutdown_grace_s,
-        timeout_keep_alive=settings.keep_alive_timeout_s,
+        # uvicorn annotates these int but hands them to asyncio.wait_for and loop.call_later, which take a float.
+        timeout_graceful_shutdown=settings.shutdown_grace_s,  # type: ignore[arg-type]
+        timeout_keep_alive=settings.keep_alive_timeout_s,  # type: ignore[arg-type]
         http="service.http.edge.protocol:BoundedHttpToolsProtocol",
     )
     server = uvicorn.Server(config)

@@ -141,6 +141,7 @@ def machine() -> dict[str, Any]:
     and 15 minutes.
     """
     cpu, _ = cpuinfo()
+    usable: int | None
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

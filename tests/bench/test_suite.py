@@ -85,9 +85,9 @@ def violations(path: Path) -> list[str]:
     service = service_names(body)
     for node in ast.walk(body):
         if isinstance(node, ast.Attribute) and node.attr == "path" and ast.unparse(node.value) == "sys":
-            found.append(f"{rel}:{node.lineno} uses sys.path")
+            found.append(f"{rel}:{getattr(node, 'lineno', 0)} uses sys.path")
         elif isinstance(node, ast.ImportFrom) and node.module == "sys" and {a.name for a in node.names} & {"path", "*"}:
-            found.append(f"{rel}:{node.lineno} imports sys.path")
+            found.append(f"{rel}:{getattr(node, 'lineno', 0)} imports sys.path")
         targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
             targets = node.targets
@@ -100,7 +100,7 @@ def violations(path: Path) -> list[str]:
         for target in targets:
             base = root(target)
             if target is not base and isinstance(base, ast.Name) and base.id in service:
-                found.append(f"{rel}:{node.lineno} changes {base.id!r}, a name of the service's modules")
+                found.append(f"{rel}:{getattr(node, 'lineno', 0)} changes {base.id!r}, a name of the service's modules")
     return found
 
 
