@@ -12,11 +12,12 @@ diagnostics, orjson, with none of the job's checks, budgets, dispatch or timing.
 Nothing of the service is replaced: :func:`floor_app` builds the app with ``create_app`` and puts one route at
 the head of its route table (Starlette's list, as ``create_app`` itself orders its routes), at the same path
 template as the service's inference route, so it is matched first, with the same metrics label. The route does
-what the service's /v2 route does around its job, with the service's public functions (the model's readiness,
-the body read through the edge's limits, the scheduler with the body's reservation), and answers the bare
-maths. :func:`serve` runs the app as ``python -m service serve`` runs the service with one worker (uvicorn with
-the service's connection protocol, log configuration and time limits). Both follow the service's code by hand:
-bench/README.md says which public hook would replace them.
+what the service's routes do around their work: one call into the data plane's door (admission, the body read on
+its memory lease through the edge's limits, scheduling, the end), with the bare maths as its operation (no
+readiness check and no statistics: it is no model of the protocol). :func:`serve` runs the app as ``python -m
+service serve`` runs the service with one worker (uvicorn with the service's connection protocol, log
+configuration and time limits), following the service's code by hand: bench/README.md says which public hook
+would replace it.
 
     python -m bench.http_edge_floor --port 8002
 
@@ -34,37 +35,54 @@ from starlette.responses import Response
 
 from bench.http_bare_app import tiny_answer
 from service.app import create_app
+from service.dataplane.context import Context
+from service.dataplane.door import Call
 from service.dataplane.memory import MemoryLease
 from service.dataplane.scheduling import Job
-from service.http.bodies import held_body_bytes, read_body
+from service.dataplane.timing import Timing
+from service.http.bodies import declared_length, read_body
 from service.http.routing import RawRoute
+from service.http.v1.common import JSON_BODY
 from service.settings import Settings
 
 INFER_PATH = "/v2/models/{model_name}/infer"
 """The service's /v2 inference route (``service/http/v2/routes.py``), which the floor's route goes in front of."""
 
 
-def floor_app(settings: Settings) -> FastAPI:
-    """The service's app, its /v2 inference answered by the bare maths (module docstring)."""
-    app = create_app(settings)
-    plane = app.state.plane
+class BareMaths:
+    """The floor's operation (the door's :class:`~service.dataplane.door.Operation`): the bare app's maths on the
+    body, estimated as free, so it runs on the event loop as a tiny request does.
+    """
 
-    async def infer(request: Request, model_name: str) -> Response:
-        plane.ready_model(model_name, None)
-        body = await read_body(request, plane.settings.max_body_bytes, json_only=False)
+    name = "bare"
 
+    def prepare(self, ctx: Context, request: bytes, timing: Timing) -> Job[bytes]:
         def run(lease: MemoryLease) -> bytes:
-            answer = tiny_answer(body)
+            answer = tiny_answer(request)
             if answer is None:
                 raise ValueError("a tensor is not finite")
             return answer
 
-        content = await plane.scheduler.run(
-            len(body),
-            lambda: Job(0.0, 0, 0, run),  # estimated as free: it runs on the event loop, as a tiny request does
-            reserved_bytes=held_body_bytes(request),
+        return Job(0.0, 0, 0, run)
+
+
+BARE = BareMaths()
+
+
+def floor_app(settings: Settings) -> FastAPI:
+    """The service's app, its /v2 inference answered by the bare maths (module docstring)."""
+    app = create_app(settings)
+    plane = app.state.plane
+    max_bytes = plane.settings.max_body_bytes
+
+    async def infer(request: Request, model_name: str) -> Response:
+        async def read(lease: MemoryLease) -> bytes:
+            return await read_body(request, max_bytes, json_only=False, lease=lease)
+
+        call: Call[bytes, bytes, bytes, bytes] = Call(
+            read=read, size=len, codec=JSON_BODY, operation=BARE, declared_bytes=declared_length(request)
         )
-        return Response(content, media_type="application/json")
+        return Response(await plane.door.serve(call), media_type="application/json")
 
     app.router.routes.insert(0, RawRoute(INFER_PATH, infer, methods=["POST"], include_in_schema=False))
     return app

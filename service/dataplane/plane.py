@@ -1,5 +1,6 @@
 """One process's data plane: its engines, admission, memory budget (and the request bodies' share of it),
-scheduler, the operations' context and the inference statistics.
+scheduler, the operations' context, the inference statistics, and the door every request that does work enters
+through (:mod:`service.dataplane.door`).
 """
 
 from __future__ import annotations
@@ -9,10 +10,9 @@ from typing import Protocol
 
 from service.dataplane.admission import Admission
 from service.dataplane.auth import ApiKeys
-from service.dataplane.context import NOT_READY_RETRY_AFTER_S, Context, EngineObserver
-from service.dataplane.errors import unavailable
+from service.dataplane.context import Context, EngineObserver
+from service.dataplane.door import Door
 from service.dataplane.memory import MemoryBudget
-from service.dataplane.models import Model, find_model
 from service.dataplane.runtime import Runtime
 from service.dataplane.scheduling import Scheduler, SchedulerObserver
 from service.dataplane.statistics import InferenceStatistics, StatisticsStore
@@ -63,6 +63,17 @@ class DataPlane:
         )
         self.statistics = InferenceStatistics(observer)
         """The statistics extension: the inference requests of both front ends, counted in the observer's metrics."""
+        self.door = Door(
+            admission=self.admission,
+            body_share=self.body_share,
+            scheduler=self.scheduler,
+            context=self.context,
+            runtime=self.runtime,
+            statistics=self.statistics,
+            debug_delay_s=s.debug_delay_s,
+            observer=observer,
+        )
+        """The door every request that does work enters, from either front end (:mod:`.door`)."""
         self.api_keys = ApiKeys([key.get_secret_value() for key in s.api_keys]) if s.api_keys else None
         self.auth_exempt = frozenset(s.auth_exempt_paths)
         """REST paths and gRPC methods (``/package.Service/Method``) served without a key (probes, scrapes)."""
@@ -73,13 +84,3 @@ class DataPlane:
         ends, applied before any of a request's body or message is read.
         """
         return self.api_keys is not None and path not in self.auth_exempt
-
-    def ready_model(self, name: str, version: str | None = None) -> Model:
-        """The model ``name``, ready to serve: ``NOT_FOUND`` for an unknown model or version, ``UNAVAILABLE``
-        while the engines are not ready.
-        """
-        model = find_model(name, version)
-        reason = self.runtime.not_ready_reason()
-        if reason is not None:
-            raise unavailable(f"model {model.name!r} is not ready: {reason}", NOT_READY_RETRY_AFTER_S)
-        return model

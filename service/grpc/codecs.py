@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from service.dataplane.context import Context
 from service.dataplane.inference import (
     OUTPUT_DATATYPES,
     InferRequest,
@@ -28,6 +29,7 @@ from service.dataplane.inference import (
     output_as_binary,
     refuse_shared_memory,
 )
+from service.dataplane.models import MODEL_VERSION, Model, find_model
 from service.dataplane.tensors import TensorLimits
 from service.grpc.generated import inference_pb2 as pb
 
@@ -176,3 +178,26 @@ def encode_response(model: str, version: str, request: InferRequest, result: Inf
     if raw_outputs:
         response.raw_output_contents.extend(raw_outputs)
     return response
+
+
+class GrpcCodec:
+    """``ModelInfer``'s wire form, as the data plane's door takes it (:class:`~service.dataplane.door.Codec`):
+    :func:`decode_request` and :func:`encode_response`.
+    """
+
+    def decode(self, ctx: Context, operation: object, raw: pb.ModelInferRequest) -> InferRequest:
+        assert isinstance(operation, Model), operation  # the message names a model of the protocol
+        limits = operation.input_limits(ctx)
+        return decode_request(raw, operation.name, operation.inputs, operation.output_names, limits)
+
+    def encode(self, operation: object, request: InferRequest, result: InferResult) -> pb.ModelInferResponse:
+        assert isinstance(operation, Model), operation
+        return encode_response(operation.name, MODEL_VERSION, request, result)
+
+
+GRPC_CODEC = GrpcCodec()
+
+
+def named_model(request: pb.ModelInferRequest) -> Model:
+    """The model a ``ModelInfer`` message names (``NOT_FOUND`` for an unknown model or version)."""
+    return find_model(request.model_name, request.model_version or None)

@@ -7,17 +7,13 @@ messages of every refusal: all are the data plane's, the same as /v2 over REST. 
 (:class:`~service.grpc.guard.Message`): ``ServerLive``, ``ServerReady`` and ``ServerMetadata`` have an empty
 request and read none.
 
-``ModelInfer`` is admitted before its message is read, as a REST request is before its body: admission is the
-one REST requests pass too (a gRPC call queues behind REST requests and the other way round); a call whose
-deadline is shorter than the expected wait for a compute slot is refused at once, and one whose deadline
-passes while it waits leaves the queue. Its message is then read on the memory budget (the request bodies'
-share, ``ATTN_BODY_MEMORY_BYTES``, one share for REST bodies and gRPC messages together: the largest message
-is reserved while it arrives, then its size until the call ends, whatever its answer), and the scheduler is
-told it is held, so it is reserved once. When the share (or the budget) has no room the call is refused
-``UNAVAILABLE`` with REST's words and a ``retry-after`` (it does not wait). When a call that held a large
-message ends, the C heap's free memory is given back (:meth:`~service.grpc.calls.Calls.handler`, as after any
-method's message). A ``ModelInfer`` that a ready model takes counts in the statistics that ``ModelStatistics``
-answers, as a REST inference does (:mod:`service.dataplane.statistics`).
+``ModelInfer`` enters the data plane's door in one call (:mod:`service.dataplane.door`), as a REST inference
+does: admission (one for both protocols: a gRPC call queues behind REST requests and the other way round; a
+call whose deadline is shorter than the expected wait for a compute slot is refused at once), its message read
+on the bodies' share of the memory budget (the largest message reserved while it arrives, then its size, until
+the call ends; ``UNAVAILABLE`` with REST's words and a ``retry-after`` when there is no room), the model's
+readiness, the statistics, scheduling, decoding and encoding (:data:`~service.grpc.codecs.GRPC_CODEC`), and
+the end. When a call that held a large message ends, the C heap's free memory is given back.
 """
 
 from __future__ import annotations
@@ -30,14 +26,13 @@ from google.protobuf.message import Message as Protobuf
 from grpc import aio
 
 from service import __version__
-from service.dataplane.admission import Overloaded
-from service.dataplane.errors import Kind, ServiceError, unavailable
-from service.dataplane.models import EXTENSIONS, MODEL_VERSION, SERVER_NAME, Model, find_model
+from service.dataplane.door import Call
+from service.dataplane.inference import InferRequest, InferResult
+from service.dataplane.models import EXTENSIONS, SERVER_NAME, find_model
 from service.dataplane.models.unsupported import UNSUPPORTED
 from service.dataplane.plane import DataPlane
-from service.dataplane.statistics import Clock
 from service.grpc.calls import SERVICE, Calls, Handler
-from service.grpc.codecs import decode_request, encode_response
+from service.grpc.codecs import GRPC_CODEC, named_model
 from service.grpc.generated import inference_pb2 as pb
 from service.grpc.guard import INFERENCE, PROBES, CallClass, Message, Reading
 
@@ -104,62 +99,14 @@ class InferenceService:
         )
 
     async def ModelInfer(self, message: Message[Any], context: aio.ServicerContext) -> pb.ModelInferResponse:
-        plane = self.plane
-        admission = plane.admission
-        remaining = context.time_remaining()
-        if remaining is not None and admission.expected_wait_s() > remaining:
-            self.metrics.refused("deadline")
-            raise ServiceError(
-                Kind.TIMEOUT,
-                f"the expected wait for a compute slot ({admission.expected_wait_s():.2f} s) is longer than the "
-                f"call's deadline ({remaining:.2f} s); retry with a longer deadline or later",
-            )
-        try:
-            admission.admit()
-        except Overloaded as exc:
-            self.metrics.refused(exc.reason)
-            raise unavailable(admission.refusal(exc), exc.retry_after_s) from None
-        lease = plane.body_share.lease()  # held until the call ends, whatever its answer
-        try:
-            try:
-                request: pb.ModelInferRequest = await message.read(lease)
-            except ServiceError as exc:
-                if exc.kind is Kind.UNAVAILABLE:
-                    self.metrics.refused("body_memory")
-                raise
-            model = plane.ready_model(request.model_name, request.model_version or None)
-            with plane.statistics.counted(model.name) as clock:
-                return await self.infer(model, request, message.nbytes, lease.held, clock)
-        finally:
-            admission.leave()
-            lease.release()
-
-    async def infer(
-        self, model: Model, request: pb.ModelInferRequest, nbytes: int, held: int, clock: Clock
-    ) -> pb.ModelInferResponse:
-        """``request`` (``nbytes`` long, ``held`` of them on the memory budget) run on ``model``, each part timed on
-        ``clock`` for the statistics.
-        """
-        plane = self.plane
-        delay = plane.settings.debug_delay_s
-        if delay:  # ATTN_DEBUG_DELAY_S (tests only): work that holds a compute slot this long
-            await plane.scheduler.hold_slot(delay)
-        ctx = plane.context
-
-        def prepare() -> Any:
-            limits = model.input_limits(ctx)
-            decoded = clock.decode(
-                lambda: decode_request(request, model.name, model.inputs, model.output_names, limits)
-            )
-            job = model.prepare(ctx, decoded, clock.model_timing())
-            return job.then(
-                lambda result: clock.encode(lambda: encode_response(model.name, MODEL_VERSION, decoded, result))
-            )
-
-        response: pb.ModelInferResponse = await plane.scheduler.run(
-            nbytes, prepare, reserved_bytes=held, waited=clock.waited
+        call: Call[pb.ModelInferRequest, InferRequest, InferResult, pb.ModelInferResponse] = Call(
+            read=message.read,
+            size=lambda _: message.nbytes,
+            codec=GRPC_CODEC,
+            named_by=named_model,
+            deadline_s=context.time_remaining(),
         )
-        return response
+        return await self.plane.door.serve(call)
 
     async def ModelStatistics(self, message: Message[Any], context: aio.ServicerContext) -> pb.ModelStatisticsResponse:
         request: pb.ModelStatisticsRequest = await message.read()

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from service.dataplane.memory import MemoryLease
 from service.http.codecs import jsonbody, jsonerrors
 from service.http.errors import ProblemError
 
@@ -136,47 +137,48 @@ def require_json(request: Request) -> None:
     )
 
 
-def held_body_bytes(request: Request) -> int:
-    """How many bytes of this request's body the edge holds on the memory budget (the scheduler's
-    ``reserved_bytes``): its declared length from admission, and what inflating it added.
+STREAMED_RESERVE_STEP = 1 << 20
+"""Bytes beyond the declared length (a body without Content-Length) are held on the lease in steps of this size."""
+
+
+def declared_length(request: Request) -> int:
+    """The body's declared length (``Content-Length``; 0 without one): what the data plane's door holds on the
+    memory budget before any of the body is read.
     """
-    lease = getattr(request.scope.get("attn.exchange"), "body_lease", None)
-    return 0 if lease is None else int(lease.held)
+    value = request.headers.get("content-length", "")
+    return int(value) if value.isdigit() else 0
 
 
-def _reserver(request: Request) -> Callable[[int], None] | None:
-    """Holds inflated bytes on the request's memory reservation: 503 (Retry-After) when there is no room."""
-    exchange: Any = request.scope.get("attn.exchange")  # the edge's Exchange (not imported: edge imports this)
-    if getattr(exchange, "body_lease", None) is None:
-        return None
-
-    def reserve(nbytes: int) -> None:
-        if not exchange.hold(nbytes):
-            exchange.mw.metrics.refused("body_memory")
-            share = exchange.mw.body_share
-            raise ProblemError(503, share.refusal(nbytes), headers={"Retry-After": str(share.retry_after_s)})
-
-    return reserve
-
-
-async def read_body(request: Request, max_bytes: int, *, json_only: bool = True) -> bytes:
+async def read_body(
+    request: Request, max_bytes: int, *, json_only: bool = True, lease: MemoryLease | None = None
+) -> bytes:
     """The request body, decompressed when it has ``Content-Encoding: gzip`` or ``deflate``.
 
     ``json_only`` (the default, every /v1 route): the Content-Type must be JSON
-    (:func:`require_json`, a 415 before the body is read). The inflated body is
-    capped like the body on the wire, at ``max_bytes`` (``ATTN_MAX_BODY_BYTES``, 413
-    past it), and held on the request's memory reservation as it is produced;
-    compressed bodies are inflated in a worker thread, off the event loop,
-    whatever their size.
+    (:func:`require_json`, a 415 before the body is read). With the request's ``lease`` (the data plane's door
+    holds the declared length on it), what arrives beyond what it holds (a body without ``Content-Length``) is
+    held on it as it arrives, and the inflated body as it is produced (``UNAVAILABLE`` when the bodies' share has
+    no room). The inflated body is capped like the body on the wire, at ``max_bytes`` (``ATTN_MAX_BODY_BYTES``,
+    413 past it); compressed bodies are inflated in a worker thread, off the event loop, whatever their size.
     """
     if json_only:
         require_json(request)
-    body = await request.body()
+    if lease is None or lease.held >= declared_length(request) > 0:
+        body = await request.body()  # held already (or on no lease): the size limit is the edge's, in receive
+    else:
+        chunks = []
+        received = 0
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > lease.held:
+                lease.reserve(max(received - lease.held, STREAMED_RESERVE_STEP))
+            chunks.append(chunk)
+        body = b"".join(chunks)
     encoding = request.headers.get("content-encoding", "").strip().lower()
     if not encoding or encoding == "identity":
         return body
     # Always off the loop: a few KB of gzip can inflate to megabytes (up to the cap).
-    return await run_in_threadpool(inflate, body, encoding, max_bytes, _reserver(request))
+    return await run_in_threadpool(inflate, body, encoding, max_bytes, None if lease is None else lease.reserve)
 
 
 def json_error(body: bytes, exc: orjson.JSONDecodeError) -> ProblemError:

@@ -239,6 +239,31 @@ def test_overload_is_unavailable_with_retry_after(server_with: Any) -> None:
     holder.join(30)
 
 
+def test_both_protocols_admit_the_same_paths(server_with: Any) -> None:
+    """Issue 29 item 1: inference is admitted on both protocols (one door), metadata and health on neither: with
+    the only slot taken and no queue, REST's metadata is answered as gRPC's is (it was 503 over REST), and an
+    inference is refused on both.
+    """
+    server = server_with(ATTN_MAX_CONCURRENT_REQUESTS="1", ATTN_MAX_QUEUED_REQUESTS="0", ATTN_DEBUG_DELAY_S="2")
+    holder = threading.Thread(
+        target=lambda: httpx.post(server.url + "/v1/softmax", json={"logits": [1.0, 2.0]}, timeout=30)
+    )
+    holder.start()
+    time.sleep(0.5)
+    try:
+        for path in ("/v2/models/attention", "/v2", "/v2/health/ready", "/v2/models/stats", "/readyz"):
+            assert httpx.get(server.url + path, timeout=5).status_code == 200, path
+        client = tg.InferenceServerClient(server.target)
+        assert client.get_model_metadata("attention").name == "attention" and client.is_server_ready()
+        infer = {"inputs": [{"name": "logits", "shape": [2], "datatype": "FP64", "data": [1.0, 2.0]}]}
+        assert httpx.post(server.url + "/v2/models/softmax/infer", json=infer, timeout=5).status_code == 503
+        assert httpx.post(server.url + "/v1/softmax", json={"logits": [1.0]}, timeout=5).status_code == 503
+        err = refusal(lambda: client.infer("softmax", inputs(("logits",))))
+        assert err.status() == "StatusCode.UNAVAILABLE" and "at capacity" in err.message()
+    finally:
+        holder.join(30)
+
+
 def test_sigterm_answers_the_call_in_flight_and_takes_no_new_one(server_with: Any) -> None:
     server = server_with(ATTN_DEBUG_DELAY_S="2", ATTN_SHUTDOWN_GRACE_S="20")
     assert server.pid is not None

@@ -1,9 +1,9 @@
 """The edge of the REST front end: what every HTTP request meets before its route, and the connection limits.
 
 - ``layer``: :class:`~service.http.edge.layer.ServiceMiddleware`, one pure-ASGI pass: request id,
-  API key, body limits, admission by expected wait (the data plane's), deadline, metrics, access log,
-  security headers, and the 499/500 answers;
-- ``exchange``: one request's state in that pass;
+  API key, body limits, deadline, metrics, access log, security headers, and the 499/500 answers
+  (admission and the body's memory are the data plane's door's, which the inference routes enter);
+- ``exchange``: one request's state in that pass, and what every exchange reads (:class:`~.exchange.Edge`);
 - ``requests``: request ids, probes, route templates (the metrics' labels), refusals in the path's format;
 - ``security``: security headers and CORS;
 - ``protocol``: the connection's own limits (header size and time, send timeout, lingering close), in
@@ -17,7 +17,8 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from service.dataplane.plane import DataPlane
-from service.http.edge.layer import Limits, ServiceMiddleware
+from service.http.edge.exchange import Limits
+from service.http.edge.layer import ServiceMiddleware
 from service.http.edge.openapi import document_error_responses
 from service.observability.metrics import ServiceMetrics
 from service.settings import Settings
@@ -47,7 +48,6 @@ def install_edge(app: FastAPI, plane: DataPlane, metrics: ServiceMetrics, settin
             request_timeout_s=settings.request_timeout_s,
             body_timeout_s=settings.body_timeout_s,
             min_upload_bytes_per_s=settings.min_upload_bytes_per_s,
-            debug_delay_s=settings.debug_delay_s,
             retry_after_s=settings.retry_after_s,
         ),
         public_pages=settings.pages_public,

@@ -8,20 +8,15 @@ import asyncio
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
 
 from starlette.exceptions import HTTPException
 from starlette.types import Message, Receive, Scope, Send
 
 from service.dataplane.auth import presented_key
-from service.dataplane.errors import ServiceError
-from service.dataplane.memory import MemoryLease
-from service.http.edge.requests import NO_RESPONSE, OPERATIONAL_PATHS, REQUEST_ID_PATTERN, send_error
+from service.http.edge.requests import NO_RESPONSE, OPERATIONAL_PATHS, REQUEST_ID_PATTERN, RouteTemplates, send_error
 from service.http.edge.security import API_CSP, DOCS_PATHS, SECURITY_HEADERS
 from service.http.errors import app_path
-
-if TYPE_CHECKING:
-    from service.http.edge.layer import ServiceMiddleware
+from service.observability.metrics import ServiceMetrics
 
 access_log = logging.getLogger("service.access")
 
@@ -54,19 +49,47 @@ class BodyTimeout(HTTPException):
         super().__init__(408, detail)
 
 
-class BodyMemoryFull(HTTPException):
-    """Raised from ``receive`` when a streamed body (no Content-Length) finds no room on the memory budget (503)."""
+class Limits:
+    """The per-request limits of the edge, from settings (plain values, read on every request)."""
 
-    def __init__(self, detail: str, retry_after_s: int) -> None:
-        super().__init__(503, detail, headers={"Retry-After": str(retry_after_s)})
+    def __init__(
+        self,
+        *,
+        max_body_bytes: int,
+        request_timeout_s: float,
+        body_timeout_s: float,
+        min_upload_bytes_per_s: float,
+        retry_after_s: int = 1,
+    ) -> None:
+        self.max_body_bytes = max_body_bytes
+        self.request_timeout_s = request_timeout_s
+        self.body_timeout_s = body_timeout_s
+        self.min_upload_bytes_per_s = min_upload_bytes_per_s
+        self.retry_after_s = retry_after_s
 
 
-STREAMED_RESERVE_STEP = 1 << 20
-"""A body without Content-Length is reserved on the memory budget in steps of this size as it arrives."""
+class Edge:
+    """What every exchange reads, built once: the limits, the metrics, the route templates, the fixed answers."""
+
+    __slots__ = ("detail_408", "detail_413", "detail_504", "limits", "metrics", "route_template")
+
+    def __init__(self, limits: Limits, metrics: ServiceMetrics) -> None:
+        self.limits = limits
+        self.metrics = metrics
+        self.route_template = RouteTemplates()
+        self.detail_413 = f"the request body is larger than the limit of {limits.max_body_bytes} bytes"
+        self.detail_504 = (
+            f"the request was not answered within the limit of {limits.request_timeout_s:g} s; "
+            "send a smaller request or retry later"
+        )
+        self.detail_408 = (
+            f"the request body did not arrive in time (allowed: {limits.body_timeout_s:g} s plus one second per "
+            f"{limits.min_upload_bytes_per_s:g} bytes received)"
+        )
 
 
 class Exchange:
-    """One request's state in :class:`ServiceMiddleware`: its id, status, body progress and deadline."""
+    """One request's state at the edge: its id, status, body progress and deadline."""
 
     __slots__ = (
         "_api_key",
@@ -75,12 +98,11 @@ class Exchange:
         "_send",
         "answer_504",
         "body_done",
-        "body_lease",
         "body_t0",
         "deadline_send",
         "declared_length",
+        "edge",
         "has_body",
-        "mw",
         "path",
         "received",
         "recorded",
@@ -92,8 +114,8 @@ class Exchange:
         "t0",
     )
 
-    def __init__(self, mw: ServiceMiddleware, scope: Scope, receive: Receive, send: Send) -> None:
-        self.mw = mw
+    def __init__(self, edge: Edge, scope: Scope, receive: Receive, send: Send) -> None:
+        self.edge = edge
         self.scope = scope
         self._receive = receive
         self._send = send
@@ -129,8 +151,6 @@ class Exchange:
         self.body_done = not self.has_body
         self.body_t0 = 0.0
         self.answer_504: asyncio.Task[None] | None = None
-        self.body_lease: MemoryLease | None = None
-        """The body's bytes on the memory budget, from admission to the end of the request (admitted requests)."""
         self.started = False
         self.deadline_send: Send = send
 
@@ -140,48 +160,32 @@ class Exchange:
         return presented_key(authorization, None if self._api_key is None else self._api_key.decode("latin-1"))
 
     async def receive(self) -> Message:
-        """The request's ``receive``, with the streamed size limit (413) and the upload deadline (408)."""
+        """The request's ``receive``, with the streamed size limit (413) and the upload deadline (408).
+
+        What the body holds on the memory budget is the data plane's door's: the route reads it on its lease.
+        """
         if self.body_done:
             return await self._receive()
-        mw = self.mw
+        edge = self.edge
         loop = asyncio.get_running_loop()
         if not self.body_t0:
             self.body_t0 = loop.time()
-        limits = mw.limits
+        limits = edge.limits
         deadline = self.body_t0 + limits.body_timeout_s + self.received / limits.min_upload_bytes_per_s
         try:
             async with asyncio.timeout_at(deadline):
                 message = await self._receive()
         except TimeoutError:
-            mw.metrics.refused("body_timeout")
-            raise BodyTimeout(mw.detail_408) from None
+            edge.metrics.refused("body_timeout")
+            raise BodyTimeout(edge.detail_408) from None
         if message["type"] == "http.request":
             self.received += len(message.get("body", b""))
             if self.received > limits.max_body_bytes:
-                mw.metrics.refused("body_too_large")
-                raise BodyTooLarge(mw.detail_413)
-            lease = self.body_lease
-            if lease is not None and self.received > lease.held:  # more than declared, or no Content-Length
-                step = max(self.received - lease.held, STREAMED_RESERVE_STEP)
-                if not self.hold(step):
-                    mw.metrics.refused("body_memory")
-                    raise BodyMemoryFull(mw.body_share.refusal(step), mw.body_share.retry_after_s)
+                edge.metrics.refused("body_too_large")
+                raise BodyTooLarge(edge.detail_413)
             if not message.get("more_body", False):
                 self.body_done = True
         return message
-
-    def hold(self, nbytes: int) -> bool:
-        """Hold ``nbytes`` more of this request's body on the memory budget, without waiting (False: no room in
-        the bodies' share, ``ATTN_BODY_MEMORY_BYTES``, or in the budget). True for a request that holds no lease.
-        """
-        lease = self.body_lease
-        if lease is None:
-            return True
-        try:
-            lease.reserve(nbytes)
-        except ServiceError:
-            return False
-        return True
 
     async def send(self, message: Message) -> None:
         """Adds the request id, security headers and ``Connection: close`` when due; records at the end."""
@@ -216,9 +220,9 @@ class Exchange:
     def on_deadline(self) -> None:
         if self.started:
             return  # the answer is on its way
-        self.mw.metrics.refused("deadline")
+        self.edge.metrics.refused("deadline")
         self.answer_504 = asyncio.get_running_loop().create_task(
-            send_error(self.scope, self._receive, self.deadline_send, 504, self.mw.detail_504)
+            send_error(self.scope, self._receive, self.deadline_send, 504, self.edge.detail_504)
         )
 
     def record(self) -> None:
@@ -227,9 +231,9 @@ class Exchange:
         seconds = time.perf_counter() - self.t0
         status = NO_RESPONSE if self.status is None else self.status
         scope = self.scope
-        self.mw.metrics.observe_request(
+        self.edge.metrics.observe_request(
             scope["method"],
-            self.mw.route_template(scope),
+            self.edge.route_template(scope),
             status,
             seconds,
             path=self.path,

@@ -1,5 +1,5 @@
-"""One pure-ASGI layer for every request: request id, auth, limits, admission, deadline, metrics,
-access log, security headers, and the 499/500 answers.
+"""One pure-ASGI layer for every request: request id, auth, the declared size, deadline, metrics, access log,
+security headers, and the 499/500 answers.
 
 It replaces a stack of six middleware (each re-reading the headers and
 wrapping ``send``) with one pass: the request headers are scanned once, the
@@ -7,26 +7,23 @@ response headers are pre-encoded lists built at start-up, and the route
 templates of the metrics are compiled once. CORS, when configured, stays
 Starlette's, between the context part (outside: so preflights and refusals are
 logged, counted and carry the security headers) and the guards (inside: so
-preflights pass without a key and 401/413/503 still carry the CORS headers).
+preflights pass without a key and 401/413 still carry the CORS headers).
 
 Order of the guards (:meth:`ServiceMiddleware._guarded`): API key (401, unless
 the data plane exempts the path: ATTN_AUTH_EXEMPT_PATHS, the same rule gRPC's
 probes follow; the pages that hold no data are public unless
-ATTN_PAGES_PUBLIC=false), declared
-body size (413), admission by expected wait (503, decided from the headers
-before any of the body is read), the body's declared length reserved on the
-memory budget (503 when the bodies' share is full: the data plane's share,
-which gRPC messages hold too), then the deadline (504) around the app. While
-the route reads the body, the size limit (413, streamed bodies), the memory
-reservation of a body without Content-Length and the upload deadline (408) are
-enforced in ``receive``. Any answer sent before the body was read carries
+ATTN_PAGES_PUBLIC=false), declared body size (413), then the deadline (504)
+around the app. While the route reads the body, the size limit (413, streamed
+bodies) and the upload deadline (408) are enforced in ``receive``. Admission,
+the body's memory and the heap trim after a large body are the data plane's
+door's (:mod:`service.dataplane.door`), which each inference route enters, as
+gRPC's ``ModelInfer`` does. Any answer sent before the body was read carries
 ``Connection: close`` (the server's protocol then drains the rest for a
 bounded time and closes: the client reads the answer, not a reset).
 
 A request still running when uvicorn's shutdown grace ends is cancelled; it is
 answered 503 with ``Retry-After`` and ``Connection: close`` (and counted and
-logged as such), never 500 with a traceback. When a request that held a large
-body ends, the C heap's free memory is given back (:func:`release_after`).
+logged as such), never 500 with a traceback.
 """
 
 from __future__ import annotations
@@ -40,40 +37,16 @@ from typing import Any
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.dataplane.admission import Overloaded
 from service.dataplane.auth import MISSING_KEY, WRONG_KEY
-from service.dataplane.errors import ServiceError
-from service.dataplane.memory import release_after
 from service.dataplane.plane import DataPlane
-from service.http.edge.exchange import Exchange
-from service.http.edge.requests import OPERATIONAL_PATHS, RouteTemplates, send_error
+from service.http.edge.exchange import Edge, Exchange, Limits
+from service.http.edge.requests import send_error
 from service.http.edge.security import CorsMiddleware, is_page
 from service.observability.logs import REQUEST_ID
 from service.observability.metrics import ServiceMetrics
 
 logger = logging.getLogger("service.errors")
 limits_logger = logging.getLogger("service.limits")
-
-
-class Limits:
-    """The per-request limits of the layer, from settings (plain values, read on every request)."""
-
-    def __init__(
-        self,
-        *,
-        max_body_bytes: int,
-        request_timeout_s: float,
-        body_timeout_s: float,
-        min_upload_bytes_per_s: float,
-        debug_delay_s: float = 0.0,
-        retry_after_s: int = 1,
-    ) -> None:
-        self.max_body_bytes = max_body_bytes
-        self.request_timeout_s = request_timeout_s
-        self.body_timeout_s = body_timeout_s
-        self.min_upload_bytes_per_s = min_upload_bytes_per_s
-        self.debug_delay_s = debug_delay_s
-        self.retry_after_s = retry_after_s
 
 
 class ServiceMiddleware:
@@ -92,24 +65,14 @@ class ServiceMiddleware:
         self.app = app
         self.metrics = metrics
         self.plane = plane
-        self.admission = plane.admission
         self.limits = limits
+        self.edge = Edge(limits, metrics)
         self.keys = plane.api_keys
         self.public_pages = public_pages
-        self.route_template = RouteTemplates()
-        self.body_share = plane.body_share  # the data plane's: gRPC messages hold the same share
-        self.detail_413 = f"the request body is larger than the limit of {limits.max_body_bytes} bytes"
-        self.detail_504 = (
-            f"the request was not answered within the limit of {limits.request_timeout_s:g} s; "
-            "send a smaller request or retry later"
-        )
+        self.detail_413 = self.edge.detail_413
         self.detail_shutdown = (
             "the server is shutting down and its grace period for requests in flight (ATTN_SHUTDOWN_GRACE_S) "
             "ended before this one was answered; retry it"
-        )
-        self.detail_408 = (
-            f"the request body did not arrive in time (allowed: {limits.body_timeout_s:g} s plus one second per "
-            f"{limits.min_upload_bytes_per_s:g} bytes received)"
         )
         self.inner: Callable[[Scope, Receive, Send], Awaitable[None]] = (
             CorsMiddleware(self._guarded, **cors) if cors else self._guarded
@@ -119,7 +82,7 @@ class ServiceMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        exchange = Exchange(self, scope, receive, send)
+        exchange = Exchange(self.edge, scope, receive, send)
         scope["attn.exchange"] = exchange
         token = REQUEST_ID.set(exchange.request_id)
         try:
@@ -156,7 +119,7 @@ class ServiceMiddleware:
             exchange.deadline_send = send
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Auth, declared size, admission and the deadline around the app."""
+        """Auth, declared size and the deadline around the app (admission is the data plane's door's)."""
         exchange: Exchange = scope["attn.exchange"]
         path = exchange.path
         if self.plane.needs_key(path) and not (self.public_pages and is_page(scope["method"], path)):
@@ -168,38 +131,9 @@ class ServiceMiddleware:
             self.metrics.refused("body_too_large")
             await send_error(scope, receive, send, 413, self.detail_413)
             return
-        if path in OPERATIONAL_PATHS:
-            await self._with_deadline(exchange, scope, receive, send)
-            return
-        admission = self.admission
-        try:
-            admission.admit()
-        except Overloaded as exc:
-            self.metrics.refused(exc.reason)
-            headers = {"Retry-After": str(exc.retry_after_s)}
-            await send_error(scope, receive, send, 503, admission.refusal(exc), headers=headers)
-            return
-        try:
-            if exchange.has_body:
-                # The body will be held in memory until the request ends: on the budget from now, once.
-                exchange.body_lease = self.body_share.lease()
-                if not exchange.hold(exchange.declared_length):
-                    self.metrics.refused("body_memory")
-                    detail = self.body_share.refusal(exchange.declared_length)
-                    headers = {"Retry-After": str(self.body_share.retry_after_s)}
-                    await send_error(scope, receive, send, 503, detail, headers=headers)
-                    return
-            await self._with_deadline(exchange, scope, receive, send, self.limits.debug_delay_s)
-        finally:
-            admission.leave()
-            lease = exchange.body_lease
-            if lease is not None:
-                release_after(max(exchange.received, lease.held))  # the body is freed: trim if it was large
-                lease.release()
+        await self._with_deadline(exchange, scope, receive, send)
 
-    async def _with_deadline(
-        self, exchange: Exchange, scope: Scope, receive: Receive, send: Send, delay_s: float = 0.0
-    ) -> None:
+    async def _with_deadline(self, exchange: Exchange, scope: Scope, receive: Receive, send: Send) -> None:
         """504 at the deadline from a timer, while the work goes on (a worker thread cannot be interrupted).
 
         The late answer is dropped; the request keeps its admission (and any compute slot) until its
@@ -208,13 +142,6 @@ class ServiceMiddleware:
         exchange.deadline_send = send
         timer = asyncio.get_running_loop().call_later(self.limits.request_timeout_s, exchange.on_deadline)
         try:
-            if delay_s:  # ATTN_DEBUG_DELAY_S (tests only): work that holds a compute slot this long
-                try:
-                    await self.plane.scheduler.hold_slot(delay_s)
-                except ServiceError as exc:
-                    headers = {"Retry-After": str(exc.retry_after_s)}
-                    await send_error(scope, receive, exchange.guarded_send, 503, exc.message, headers)
-                    return
             await self.app(scope, receive, exchange.guarded_send)
         except Exception:
             if exchange.answer_504 is None:

@@ -23,7 +23,7 @@ from service.dataplane.tensors import TensorLimits, float_mask_as
 from service.dataplane.timing import Timing
 from service.http.bodies import json_bytes
 from service.http.codecs.tensors import encode_tensor
-from service.http.v1.common import answer, json_route, optional_tensor, parsed, tensor
+from service.http.v1.common import Route, answer, json_route, optional_tensor, parsed, tensor
 from service.http.v1.gradient_schemas import (
     AnalyzeRequest,
     AnalyzeResponse,
@@ -156,9 +156,14 @@ def analysis_job(ctx: Context, raw: bytes) -> Job[bytes]:
     return analysis_op.analysis(ctx, req, query, key, mask, timing=timing).then(analysis_body)
 
 
+ATTENTION = Route("/v1/attention", attention_job)
+ATTENTION_BACKWARD = Route("/v1/attention/backward", backward_job)
+ATTENTION_ANALYZE = Route("/v1/attention/analyze", analysis_job)
+"""The routes as operations of the data plane's door."""
+
+
 def routes(plane: DataPlane) -> list[APIRoute]:
     """The attention routes of /v1, bound to ``plane``."""
-    ctx = plane.context
 
     async def post_attention(request: Request) -> Response:
         """Scaled dot-product attention with masks, temperature and a choice of normalizer.
@@ -166,7 +171,7 @@ def routes(plane: DataPlane) -> list[APIRoute]:
         Pipeline: `scores = scale * Q K^T`, plus the mask bias, divided by the temperature, normalized
         over the keys, then `output = A V`. Fully masked rows give zeros.
         """
-        return await answer(plane, request, lambda raw: attention_job(ctx, raw))
+        return await answer(plane, request, ATTENTION)
 
     async def post_attention_backward(request: Request) -> Response:
         """The gradients of `sum(output * grad_output) + sum(weights * grad_weights)` with respect to query, key and
@@ -174,13 +179,13 @@ def routes(plane: DataPlane) -> list[APIRoute]:
 
         Takes every /v1/attention field. Masked positions get exactly zero gradient; fully masked rows give zeros.
         """
-        return await answer(plane, request, lambda raw: backward_job(ctx, raw))
+        return await answer(plane, request, ATTENTION_BACKWARD)
 
     async def post_attention_analyze(request: Request) -> Response:
         """Score spread, entropy, saturation and the normalizer's Jacobian norm for each scale, temperature and (when Q
         and K are drawn from `shape`) head dimension: what the 1/sqrt(d_k) scale and the temperature do to gradients.
         """
-        return await answer(plane, request, lambda raw: analysis_job(ctx, raw))
+        return await answer(plane, request, ATTENTION_ANALYZE)
 
     return [
         json_route(

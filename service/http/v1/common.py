@@ -5,6 +5,7 @@ its answers, and scheduling its work on the data plane.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
 
@@ -14,11 +15,15 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from service.dataplane.context import Context
+from service.dataplane.door import Call
 from service.dataplane.errors import Kind, ServiceError
+from service.dataplane.memory import MemoryLease
 from service.dataplane.plane import DataPlane
 from service.dataplane.scheduling import Job
 from service.dataplane.tensors import TensorLimits
-from service.http.bodies import held_body_bytes, parse_json_object, read_body
+from service.dataplane.timing import Timing
+from service.http.bodies import declared_length, parse_json_object, read_body
 from service.http.codecs.tensors import TensorKind, decode_tensor
 from service.http.errors import pydantic_errors, summarize
 from service.http.routing import RawRoute
@@ -103,10 +108,42 @@ def optional_tensor(value: Any, name: str, limits: TensorLimits, kind: TensorKin
     return None if value is None else decode_tensor(value, name, kind=kind, limits=limits)
 
 
-async def answer(plane: DataPlane, request: Request, prepare: Callable[[bytes], Job[bytes]]) -> Response:
-    """Read a /v1 request's JSON body and run ``prepare(body)``'s job on the data plane's scheduler: the
-    JSON answer, or the error it raised.
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A /v1 route as the data plane's door takes it: an operation whose request is the JSON body and whose answer
+    is the JSON answer (``job``: the body parsed and checked, the data plane's operation, the answer encoded).
     """
-    raw = await read_body(request, plane.settings.max_body_bytes)
-    content = await plane.scheduler.run(len(raw), lambda: prepare(raw), reserved_bytes=held_body_bytes(request))
-    return Response(content, media_type="application/json")
+
+    name: str
+    job: Callable[[Context, bytes], Job[bytes]]
+
+    def prepare(self, ctx: Context, request: bytes, timing: Timing) -> Job[bytes]:
+        return self.job(ctx, request)
+
+
+class JsonBody:
+    """The codec of a :class:`Route`: the body and the answer are the route's own (its job parses and encodes)."""
+
+    def decode(self, ctx: Context, operation: object, raw: bytes) -> bytes:
+        return raw
+
+    def encode(self, operation: object, request: bytes, result: bytes) -> bytes:
+        return result
+
+
+JSON_BODY = JsonBody()
+
+
+async def answer(plane: DataPlane, request: Request, route: Route) -> Response:
+    """A /v1 request through the data plane's door: its JSON body read on the door's lease, ``route``'s job run:
+    the JSON answer, or the error it raised.
+    """
+    max_bytes = plane.settings.max_body_bytes
+
+    async def read(lease: MemoryLease) -> bytes:
+        return await read_body(request, max_bytes, lease=lease)
+
+    call: Call[bytes, bytes, bytes, bytes] = Call(
+        read=read, size=len, codec=JSON_BODY, operation=route, declared_bytes=declared_length(request)
+    )
+    return Response(await plane.door.serve(call), media_type="application/json")

@@ -19,7 +19,7 @@ from service.dataplane.scheduling import Job
 from service.dataplane.timing import Timing
 from service.http.bodies import json_bytes
 from service.http.codecs.tensors import encode_tensor
-from service.http.v1.common import answer, json_route, optional_tensor, parsed, tensor
+from service.http.v1.common import Route, answer, json_route, optional_tensor, parsed, tensor
 from service.http.v1.logits_schemas import CalibrateRequest, CalibrateResponse, SampleRequest, SampleResponse
 from service.http.v1.schemas import SoftmaxRequest, SoftmaxResponse
 
@@ -105,26 +105,31 @@ def calibrate_job(ctx: Context, raw: bytes) -> Job[bytes]:
     return logits_op.calibrate(ctx, logits, np.asarray(req.labels), req, timing=timing).then(calibrate_body)
 
 
+SOFTMAX = Route("/v1/softmax", softmax_job)
+SAMPLE = Route("/v1/sample", sample_job)
+CALIBRATE = Route("/v1/calibrate", calibrate_job)
+"""The routes as operations of the data plane's door."""
+
+
 def routes(plane: DataPlane) -> list[APIRoute]:
     """The logits routes of /v1, bound to ``plane``."""
-    ctx = plane.context
 
     async def post_softmax(request: Request) -> Response:
         """Softmax (optionally with log-probabilities), sparsemax, entmax or ReLU normalization of a logits tensor."""
-        return await answer(plane, request, lambda raw: softmax_job(ctx, raw))
+        return await answer(plane, request, SOFTMAX)
 
     async def post_sample(request: Request) -> Response:
         """Masks, repetition/frequency/presence penalties, temperature (0 = greedy), top-k, top-p and min-p, in
         that order, then `n` draws per row from the final distribution with a Philox generator seeded by
         `seed` (drawn by the server and returned when absent): the same request and seed give the same tokens.
         """
-        return await answer(plane, request, lambda raw: sample_job(ctx, raw))
+        return await answer(plane, request, SAMPLE)
 
     async def post_calibrate(request: Request) -> Response:
         """Temperature scaling (Guo et al. 2017): the T in [0.01, 100] that minimises the mean NLL of the labels,
         with NLL, expected calibration error and reliability bins before (T = 1) and after.
         """
-        return await answer(plane, request, lambda raw: calibrate_job(ctx, raw))
+        return await answer(plane, request, CALIBRATE)
 
     return [
         json_route(

@@ -20,17 +20,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from service import __version__
-from service.dataplane.context import NOT_READY_RETRY_AFTER_S, Context
+from service.dataplane.context import NOT_READY_RETRY_AFTER_S
+from service.dataplane.door import Call
 from service.dataplane.errors import not_found as not_found_error
 from service.dataplane.inference import InferRequest, InferResult
-from service.dataplane.models import EXTENSIONS, MODEL_VERSION, SERVER_NAME, Model, find_model
+from service.dataplane.memory import MemoryLease
+from service.dataplane.models import EXTENSIONS, SERVER_NAME, find_model
 from service.dataplane.models.unsupported import UNSUPPORTED, Unsupported
 from service.dataplane.plane import DataPlane
-from service.dataplane.scheduling import Job
-from service.dataplane.statistics import Clock
-from service.http.bodies import held_body_bytes, read_body
+from service.http.bodies import declared_length, read_body
 from service.http.routing import V2Route
-from service.http.v2.tensors import HEADER_LENGTH, encode_response, parse_request, split_body
+from service.http.v2.codec import REST_CODEC, Body, Encoded
+from service.http.v2.tensors import HEADER_LENGTH
 
 ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
 RETRY = {"Retry-After": str(NOT_READY_RETRY_AFTER_S)}
@@ -98,42 +99,10 @@ STATS_RESPONSES: dict[int | str, dict[str, Any]] = {
     404: ERROR_RESPONSES[404],
 }
 
-Encoded = tuple[bytes, dict[str, str], str]
-"""An inference response: body, headers, media type."""
-
-
-def encoded(model: Model, request: InferRequest, result: InferResult) -> Encoded:
-    """The inference response of ``result``: each output as the request asked (JSON data or binary)."""
-    outputs = [(name, arr, request.outputs.get(name, request.binary_default)) for name, arr in result.outputs]
-    return encode_response(
-        model=model.name,
-        version=MODEL_VERSION,
-        request_id=request.id,
-        parameters=result.parameters,
-        outputs=outputs,
-    )
-
-
-def infer_job(ctx: Context, model: Model, body: bytes, header_length: str | None, clock: Clock) -> Job[Encoded]:
-    """The work of one inference request: its body parsed and checked, the model's answer encoded (each part timed
-    on ``clock``, for the statistics).
-    """
-
-    def decode() -> InferRequest:
-        obj, binary = split_body(body, header_length)
-        limits = model.input_limits(ctx)
-        return parse_request(
-            obj, binary, model=model.name, inputs=model.inputs, outputs=model.output_names, limits=limits
-        )
-
-    decoded = clock.decode(decode)
-    job = model.prepare(ctx, decoded, clock.model_timing())
-    return job.then(lambda result: clock.encode(lambda: encoded(model, decoded, result)))
-
 
 def routes(plane: DataPlane) -> list[APIRoute]:
     """The /v2 routes, bound to ``plane``."""
-    ctx, runtime = plane.context, plane.runtime
+    runtime = plane.runtime
 
     async def server_metadata(request: Request) -> Response:
         return Response(
@@ -172,17 +141,18 @@ def routes(plane: DataPlane) -> list[APIRoute]:
         return Response(orjson.dumps(find_model(model_name, model_version).metadata()), media_type=JSON)
 
     async def run(request: Request, name: str, version: str | None) -> Response:
-        model = plane.ready_model(name, version)
-        body = await read_body(request, plane.settings.max_body_bytes, json_only=False)  # JSON or octet-stream
-        header_length = request.headers.get(HEADER_LENGTH)
+        async def read(lease: MemoryLease) -> Body:  # JSON or octet-stream
+            data = await read_body(request, plane.settings.max_body_bytes, json_only=False, lease=lease)
+            return Body(data, request.headers.get(HEADER_LENGTH))
 
-        with plane.statistics.counted(model.name) as clock:
-            content, headers, media_type = await plane.scheduler.run(
-                len(body),
-                lambda: infer_job(ctx, model, body, header_length, clock),
-                reserved_bytes=held_body_bytes(request),
-                waited=clock.waited,
-            )
+        call: Call[Body, InferRequest, InferResult, Encoded] = Call(
+            read=read,
+            size=lambda body: len(body.data),
+            codec=REST_CODEC,
+            operation=find_model(name, version),
+            declared_bytes=declared_length(request),
+        )
+        content, headers, media_type = await plane.door.serve(call)
         return Response(content, media_type=media_type, headers=headers)
 
     def stats(name: str, version: str) -> Response:
