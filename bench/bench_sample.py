@@ -38,8 +38,10 @@ from bench.suite import Parser
 from bench.timing import median_time
 from service.app import create_app
 from service.core import sampling
+from service.dataplane.context import Context
 from service.dataplane.memory import MemoryLease
-from service.http.v1.logits import sample_job
+from service.dataplane.timing import Timing
+from service.http.v1.logits import SAMPLE
 from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,6 +145,12 @@ def arguments() -> Parser:
     return parser
 
 
+def handled(ctx: Context, body: bytes) -> bytes:
+    """What the door runs for one /v1/sample body: the route's decode, the operation, the route's encode."""
+    request = SAMPLE.decode(ctx, SAMPLE, body)
+    return SAMPLE.encode(SAMPLE, request, SAMPLE.prepare(ctx, request, Timing()).run(MemoryLease(None)))
+
+
 def main(argv: list[str]) -> int:
     args = arguments().parse(argv)
     app = create_app(Settings(enable_onnx=False))
@@ -161,7 +169,7 @@ def main(argv: list[str]) -> int:
                 assert np.array_equal(t_ours, t_plain), "same seed, same distribution: same tokens"
                 core = median_ms(lambda z=z: ours(z), args.repeats)
                 base = median_ms(lambda z=z: plain(z), args.repeats)
-                handler = median_ms(lambda body=body: sample_job(ctx, body).run(MemoryLease(None)), args.repeats)
+                handler = median_ms(lambda body=body: handled(ctx, body), args.repeats)
                 over_http = http_ms(port, body, args.repeats)
                 rows.append((shape, len(body), core, base, handler, over_http))
         finally:

@@ -42,7 +42,6 @@ from service.dataplane.scheduling import Job
 from service.dataplane.timing import Timing
 from service.http.bodies import declared_length, read_body
 from service.http.routing import RawRoute
-from service.http.v1.common import JSON_BODY
 from service.settings import Settings
 
 INFER_PATH = "/v2/models/{model_name}/infer"
@@ -50,11 +49,18 @@ INFER_PATH = "/v2/models/{model_name}/infer"
 
 
 class BareMaths:
-    """The floor's operation (the door's :class:`~service.dataplane.door.Operation`): the bare app's maths on the
-    body, estimated as free, so it runs on the event loop as a tiny request does.
+    """The floor's operation and codec (the door's :class:`~service.dataplane.door.Operation` and
+    :class:`~service.dataplane.door.Codec`): the bare app's maths on the body, estimated as free, so it runs on
+    the event loop as a tiny request does; the body is the request and the answer's bytes the answer.
     """
 
     name = "bare"
+
+    def decode(self, ctx: Context, operation: object, raw: bytes) -> bytes:
+        return raw
+
+    def encode(self, operation: object, request: bytes, result: bytes) -> bytes:
+        return result
 
     def prepare(self, ctx: Context, request: bytes, timing: Timing) -> Job[bytes]:
         def run(lease: MemoryLease) -> bytes:
@@ -80,7 +86,7 @@ def floor_app(settings: Settings) -> FastAPI:
             return await read_body(request, max_bytes, json_only=False, lease=lease)
 
         call: Call[bytes, bytes, bytes, bytes] = Call(
-            read=read, size=len, codec=JSON_BODY, operation=BARE, declared_bytes=declared_length(request)
+            read=read, size=len, codec=BARE, operation=BARE, declared_bytes=declared_length(request)
         )
         return Response(await plane.door.serve(call), media_type="application/json")
 

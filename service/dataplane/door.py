@@ -186,8 +186,9 @@ class Door:
         if model is None:
 
             def prepare() -> Job[Out]:
+                timing = Timing()  # from before the decoding: a /v1 answer's timing_ms.decode includes the parse
                 request = codec.decode(ctx, operation, raw)
-                job = operation.prepare(ctx, request, Timing())
+                job = operation.prepare(ctx, request, timing)
                 return job.then(lambda result: codec.encode(operation, request, result))
 
             return await self.scheduler.run(size, prepare, reserved_bytes=lease.held)

@@ -5,6 +5,7 @@ the data plane, encode the answer.
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -104,35 +105,55 @@ def analysis_body(out: analysis_op.AnalysisOutcome) -> bytes:
     )
 
 
-def attention_job(ctx: Context, raw: bytes) -> Job[bytes]:
-    """The work of one /v1/attention request: its body parsed and checked, its answer as JSON."""
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A /v1/attention or backward body: its validated fields and its tensors, as the contract checks them."""
+
+    req: AttentionRequest
+    inputs: AttentionInputs
+
+
+def decode_attention(ctx: Context, raw: bytes) -> Decoded:
     req = parsed(AttentionRequest, raw, ATTENTION_TENSORS)
-    timing = Timing()
+    return Decoded(req, attention_inputs(req, ctx.limits))
+
+
+def run_attention(ctx: Context, d: Decoded, timing: Timing) -> Job[attention_op.AttentionOutcome]:
+    req = d.req
     returned = frozenset(req.return_)
-    job = attention_op.attention(
-        ctx,
-        attention_inputs(req, ctx.limits),
-        req,
-        precision=req.precision,
-        returned=returned,
-        encoding=req.encoding,
-        timing=timing,
+    return attention_op.attention(
+        ctx, d.inputs, req, precision=req.precision, returned=returned, encoding=req.encoding, timing=timing
     )
-    return job.then(lambda out: attention_body(out, returned, req.encoding))
 
 
-def backward_job(ctx: Context, raw: bytes) -> Job[bytes]:
-    """The work of one /v1/attention/backward request."""
+def encode_attention(d: Decoded, out: attention_op.AttentionOutcome) -> bytes:
+    return attention_body(out, frozenset(d.req.return_), d.req.encoding)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBackward:
+    req: AttentionBackwardRequest
+    inputs: AttentionInputs
+    grad_output: np.ndarray
+    grad_weights: np.ndarray | None
+
+
+def decode_backward(ctx: Context, raw: bytes) -> DecodedBackward:
     req = parsed(AttentionBackwardRequest, raw, BACKWARD_TENSORS)
-    timing = Timing()
-    returned = list(req.return_)
     limits = ctx.limits
     inputs = attention_inputs(req, limits)
-    job = backward_op.backward(
+    grad_output = tensor(req.grad_output, "grad_output", limits)
+    return DecodedBackward(req, inputs, grad_output, optional_tensor(req.grad_weights, "grad_weights", limits))
+
+
+def run_backward(ctx: Context, d: DecodedBackward, timing: Timing) -> Job[backward_op.BackwardOutcome]:
+    req = d.req
+    returned = list(req.return_)
+    return backward_op.backward(
         ctx,
-        inputs,
-        tensor(req.grad_output, "grad_output", limits),
-        optional_tensor(req.grad_weights, "grad_weights", limits),
+        d.inputs,
+        d.grad_output,
+        d.grad_weights,
         req,
         precision=req.precision,
         returned=returned,
@@ -140,25 +161,36 @@ def backward_job(ctx: Context, raw: bytes) -> Job[bytes]:
         timing=timing,
         grad_mask_loc=("return", returned.index("grad_mask")) if "grad_mask" in returned else ("return",),
     )
-    return job.then(lambda out: backward_body(out, req.encoding))
 
 
-def analysis_job(ctx: Context, raw: bytes) -> Job[bytes]:
-    """The work of one /v1/attention/analyze request."""
+@dataclass(frozen=True, slots=True)
+class DecodedAnalysis:
+    req: AnalyzeRequest
+    query: np.ndarray | None
+    key: np.ndarray | None
+    mask: np.ndarray | None
+
+
+def decode_analysis(ctx: Context, raw: bytes) -> DecodedAnalysis:
     req = parsed(AnalyzeRequest, raw, ANALYZE_TENSORS)
-    timing = Timing()
     limits = ctx.limits
     # The mask first: an invalid one is refused even when the drawn shape is also too large.
     mask = float_mask_as(optional_tensor(req.mask, "mask", limits, "mask"), np.dtype(np.float64))
     analysis_op.check_sources(req, req.query is not None, req.key is not None)
     query = optional_tensor(req.query, "query", limits)
     key = optional_tensor(req.key, "key", limits)
-    return analysis_op.analysis(ctx, req, query, key, mask, timing=timing).then(analysis_body)
+    return DecodedAnalysis(req, query, key, mask)
 
 
-ATTENTION = Route("/v1/attention", attention_job)
-ATTENTION_BACKWARD = Route("/v1/attention/backward", backward_job)
-ATTENTION_ANALYZE = Route("/v1/attention/analyze", analysis_job)
+def run_analysis(ctx: Context, d: DecodedAnalysis, timing: Timing) -> Job[analysis_op.AnalysisOutcome]:
+    return analysis_op.analysis(ctx, d.req, d.query, d.key, d.mask, timing=timing)
+
+
+ATTENTION = Route("/v1/attention", decode_attention, run_attention, encode_attention)
+ATTENTION_BACKWARD = Route(
+    "/v1/attention/backward", decode_backward, run_backward, lambda d, out: backward_body(out, d.req.encoding)
+)
+ATTENTION_ANALYZE = Route("/v1/attention/analyze", decode_analysis, run_analysis, lambda d, out: analysis_body(out))
 """The routes as operations of the data plane's door."""
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from fastapi.routing import APIRoute
@@ -108,42 +108,42 @@ def optional_tensor(value: Any, name: str, limits: TensorLimits, kind: TensorKin
     return None if value is None else decode_tensor(value, name, kind=kind, limits=limits)
 
 
+D = TypeVar("D")
+Out = TypeVar("Out")
+
+
 @dataclass(frozen=True, slots=True)
-class Route:
-    """A /v1 route as the data plane's door takes it: an operation whose request is the JSON body and whose answer
-    is the JSON answer (``job``: the body parsed and checked, the data plane's operation, the answer encoded).
+class Route(Generic[D, Out]):
+    """A /v1 route as the data plane's door takes it: its codec (``decode_body``: the JSON body parsed, validated
+    and its tensors decoded; ``encode_body``: the operation's outcome as the JSON answer) and its operation (the
+    data plane's, on the decoded request). The door runs the three (the first and last where the job runs).
     """
 
     name: str
-    job: Callable[[Context, bytes], Job[bytes]]
+    decode_body: Callable[[Context, bytes], D]
+    operation: Callable[[Context, D, Timing], Job[Out]]
+    encode_body: Callable[[D, Out], bytes]
 
-    def prepare(self, ctx: Context, request: bytes, timing: Timing) -> Job[bytes]:
-        return self.job(ctx, request)
+    def prepare(self, ctx: Context, request: D, timing: Timing) -> Job[Out]:
+        return self.operation(ctx, request, timing)
 
+    def decode(self, ctx: Context, operation: object, raw: bytes) -> D:
+        return self.decode_body(ctx, raw)
 
-class JsonBody:
-    """The codec of a :class:`Route`: the body and the answer are the route's own (its job parses and encodes)."""
-
-    def decode(self, ctx: Context, operation: object, raw: bytes) -> bytes:
-        return raw
-
-    def encode(self, operation: object, request: bytes, result: bytes) -> bytes:
-        return result
+    def encode(self, operation: object, request: D, result: Out) -> bytes:
+        return self.encode_body(request, result)
 
 
-JSON_BODY = JsonBody()
-
-
-async def answer(plane: DataPlane, request: Request, route: Route) -> Response:
-    """A /v1 request through the data plane's door: its JSON body read on the door's lease, ``route``'s job run:
-    the JSON answer, or the error it raised.
+async def answer(plane: DataPlane, request: Request, route: Route[D, Out]) -> Response:
+    """A /v1 request through the data plane's door: its JSON body read on the door's lease, decoded, run and
+    encoded by ``route``: the JSON answer, or the error it raised.
     """
     max_bytes = plane.settings.max_body_bytes
 
     async def read(lease: MemoryLease) -> bytes:
         return await read_body(request, max_bytes, lease=lease)
 
-    call: Call[bytes, bytes, bytes, bytes] = Call(
-        read=read, size=len, codec=JSON_BODY, operation=route, declared_bytes=declared_length(request)
+    call: Call[bytes, D, Out, bytes] = Call(
+        read=read, size=len, codec=route, operation=route, declared_bytes=declared_length(request)
     )
     return Response(await plane.door.serve(call), media_type="application/json")

@@ -4,7 +4,8 @@ the answer.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from fastapi.routing import APIRoute
@@ -22,6 +23,8 @@ from service.http.codecs.tensors import encode_tensor
 from service.http.v1.common import Route, answer, json_route, optional_tensor, parsed, tensor
 from service.http.v1.logits_schemas import CalibrateRequest, CalibrateResponse, SampleRequest, SampleResponse
 from service.http.v1.schemas import SoftmaxRequest, SoftmaxResponse
+
+R = TypeVar("R")
 
 TENSORS = ("logits", "mask")
 """Top-level fields decoded straight into numpy from large bodies."""
@@ -68,25 +71,39 @@ def calibrate_body(out: logits_op.CalibrateOutcome) -> bytes:
     )
 
 
-def softmax_job(ctx: Context, raw: bytes) -> Job[bytes]:
-    """The work of one /v1/softmax request: its body parsed and checked, its answer as JSON."""
+@dataclass(frozen=True, slots=True)
+class Decoded(Generic[R]):
+    """A /v1 logits body: its validated fields, its logits and its mask."""
+
+    req: R
+    logits: np.ndarray
+    mask: np.ndarray | None = None
+
+
+def decode_softmax(ctx: Context, raw: bytes) -> Decoded[SoftmaxRequest]:
     req = parsed(SoftmaxRequest, raw, TENSORS)
-    timing = Timing()
     logits = tensor(req.logits, "logits", ctx.limits, "logits")
-    mask = optional_tensor(req.mask, "mask", ctx.limits, "mask")
-    job = logits_op.softmax(ctx, logits, mask, req, precision=req.precision, encoding=req.encoding, timing=timing)
-    return job.then(lambda out: softmax_body(out, req.encoding))
+    return Decoded(req, logits, optional_tensor(req.mask, "mask", ctx.limits, "mask"))
 
 
-def sample_job(ctx: Context, raw: bytes) -> Job[bytes]:
-    """The work of one /v1/sample request: its body parsed and checked, its answer as JSON."""
+def run_softmax(ctx: Context, d: Decoded[SoftmaxRequest], timing: Timing) -> Job[logits_op.SoftmaxOutcome]:
+    req = d.req
+    return logits_op.softmax(ctx, d.logits, d.mask, req, precision=req.precision, encoding=req.encoding, timing=timing)
+
+
+def decode_sample(ctx: Context, raw: bytes) -> Decoded[SampleRequest]:
     req = parsed(SampleRequest, raw, TENSORS)
-    timing = Timing()
     limits = ctx.logits_limits
-    job = sampling_op.sample(
+    logits = tensor(req.logits, "logits", limits, "logits")
+    return Decoded(req, logits, optional_tensor(req.mask, "mask", limits, "mask"))
+
+
+def run_sample(ctx: Context, d: Decoded[SampleRequest], timing: Timing) -> Job[sampling_op.SampleOutcome]:
+    req = d.req
+    return sampling_op.sample(
         ctx,
-        tensor(req.logits, "logits", limits, "logits"),
-        optional_tensor(req.mask, "mask", limits, "mask"),
+        d.logits,
+        d.mask,
         req.previous_tokens,
         req,
         precision=req.precision,
@@ -94,20 +111,20 @@ def sample_job(ctx: Context, raw: bytes) -> Job[bytes]:
         encoding=req.encoding,
         timing=timing,
     )
-    return job.then(lambda out: sample_body(out, req.encoding))
 
 
-def calibrate_job(ctx: Context, raw: bytes) -> Job[bytes]:
-    """The work of one /v1/calibrate request: its body parsed and checked, its answer as JSON."""
+def decode_calibrate(ctx: Context, raw: bytes) -> Decoded[CalibrateRequest]:
     req = parsed(CalibrateRequest, raw, TENSORS)
-    timing = Timing()
-    logits = tensor(req.logits, "logits", ctx.logits_limits)
-    return logits_op.calibrate(ctx, logits, np.asarray(req.labels), req, timing=timing).then(calibrate_body)
+    return Decoded(req, tensor(req.logits, "logits", ctx.logits_limits))
 
 
-SOFTMAX = Route("/v1/softmax", softmax_job)
-SAMPLE = Route("/v1/sample", sample_job)
-CALIBRATE = Route("/v1/calibrate", calibrate_job)
+def run_calibrate(ctx: Context, d: Decoded[CalibrateRequest], timing: Timing) -> Job[logits_op.CalibrateOutcome]:
+    return logits_op.calibrate(ctx, d.logits, np.asarray(d.req.labels), d.req, timing=timing)
+
+
+SOFTMAX = Route("/v1/softmax", decode_softmax, run_softmax, lambda d, out: softmax_body(out, d.req.encoding))
+SAMPLE = Route("/v1/sample", decode_sample, run_sample, lambda d, out: sample_body(out, d.req.encoding))
+CALIBRATE = Route("/v1/calibrate", decode_calibrate, run_calibrate, lambda d, out: calibrate_body(out))
 """The routes as operations of the data plane's door."""
 
 
