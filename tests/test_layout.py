@@ -73,6 +73,8 @@ class Import:
     """(local name, what it is bound to, dotted) for every name the statement binds."""
     at_import_time: bool
     """At module level (also in a class body, an ``if`` or a ``try``), not in a function or under TYPE_CHECKING."""
+    type_only: bool = False
+    """Under ``if TYPE_CHECKING:`` at module level: an import for the type checker, which reads it as one."""
 
     @property
     def statement(self) -> str:
@@ -116,29 +118,29 @@ def imports_in(module: ast.Module, name: str, is_package: bool) -> tuple[Import,
     """Every import of module ``name``, at any depth, each marked with whether it runs when it is imported."""
     found: list[Import] = []
 
-    def walk(node: ast.AST, at_import_time: bool) -> None:
+    def walk(node: ast.AST, at_import_time: bool, type_only: bool = False) -> None:
         if isinstance(node, ast.Import):
             for a in node.names:
                 bound = (a.asname, a.name) if a.asname else (a.name.split(".")[0], a.name.split(".")[0])
-                found.append(Import(node.lineno, a.name, (), (bound,), at_import_time))
+                found.append(Import(node.lineno, a.name, (), (bound,), at_import_time, type_only))
             return
         if isinstance(node, ast.ImportFrom):
             origin = absolute(name, is_package, node)
             names = tuple(a.name for a in node.names)
             aliases = tuple((a.asname or a.name, f"{origin}.{a.name}") for a in node.names)
-            found.append(Import(node.lineno, origin, names, aliases, at_import_time))
+            found.append(Import(node.lineno, origin, names, aliases, at_import_time, type_only))
             return
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            at_import_time = False  # its decorators and defaults run at import time, but hold no imports here
+            at_import_time = type_only = False  # decorators and defaults run at import time, but hold no imports
         if isinstance(node, ast.If) and is_type_checking(node.test):
             walk(node.test, at_import_time)
             for statement in node.body:
-                walk(statement, False)
+                walk(statement, False, at_import_time)
             for statement in node.orelse:
                 walk(statement, at_import_time)
             return
         for child in ast.iter_child_nodes(node):
-            walk(child, at_import_time)
+            walk(child, at_import_time, type_only)
 
     walk(module, True)
     return tuple(found)
@@ -164,6 +166,7 @@ def f():
     found = imports_in(ast.parse(source), "service.x", False)
     assert {i.module for i in found if i.at_import_time} == {"typing", "a", "c", "d", "e"}
     assert {i.module for i in found if not i.at_import_time} == {"b", "g"}
+    assert {i.module for i in found if i.type_only} == {"b"}
 
 
 def report(problems: list[str]) -> str:
@@ -306,8 +309,9 @@ def f():
 # ----------------------------------------------------------------------------------------------------- circles
 
 
-def import_graph() -> dict[str, dict[str, int]]:
-    """Each module's edges, {the module it loads when imported: the line}, from its module-level imports.
+def import_graph(type_only: bool = False) -> dict[str, dict[str, int]]:
+    """Each module's edges, {the module it loads when imported: the line}, from its module-level imports (with
+    ``type_only``, those under ``if TYPE_CHECKING:`` too: a type checker and an import graph read them as edges).
 
     Loading ``a.b.c`` runs ``a/__init__.py`` and ``a/b/__init__.py`` first, so those are edges too; a module's own
     parent packages are not: Python has started them before the module itself.
@@ -316,7 +320,7 @@ def import_graph() -> dict[str, dict[str, int]]:
     for name, path in MODULES.items():
         edges: dict[str, int] = {}
         for imp in imports(path):
-            if not imp.at_import_time:
+            if not (imp.at_import_time or (type_only and imp.type_only)):
                 continue
             for target in imp.targets:
                 parts = target.split(".")
@@ -379,8 +383,9 @@ def circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     return found
 
 
-def test_modules_import_one_another_without_a_circle() -> None:
-    graph = import_graph()
+@pytest.mark.parametrize("type_only", [False, True], ids=["at-import-time", "type-only-too"])
+def test_modules_import_one_another_without_a_circle(type_only: bool) -> None:
+    graph = import_graph(type_only)
     problems = []
     for circle in circles(graph):
         steps = [f"{rel(MODULES[a])}:{graph[a][b]} imports {b}" for a, b in zip(circle, circle[1:], strict=False)]
