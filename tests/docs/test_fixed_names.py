@@ -176,5 +176,5 @@ def test_the_problem_fields() -> None:
     assert 'errors: [{"loc": [...], "msg": ...}]' in code_spans(paragraph)
     assert fields | {"errors"} <= names(COMPONENTS["Problem"])
     responses = SCHEMA["paths"]["/v1/attention"]["post"]["responses"]
-    example = responses["422"]["content"]["application/problem+json"]["example"]  # tests/api/test_docs.py sends it
+    example = responses["422"]["content"]["application/problem+json"]["example"]  # tests/http/test_docs.py sends it
     assert {"loc", "msg"} <= set(example["errors"][0])

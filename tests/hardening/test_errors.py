@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from tests.api.conftest import assert_problem
+from tests.http.conftest import assert_problem
 from tests.hardening.conftest import ATTENTION, BrokenEngine, client_for, metric_value, settings
 
 

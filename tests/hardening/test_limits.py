@@ -11,7 +11,7 @@ import pytest
 
 from service.app import create_app
 from service.dataplane.admission import AdmissionGate, Overloaded
-from tests.api.conftest import assert_problem
+from tests.http.conftest import assert_problem
 from tests.hardening.conftest import (
     ATTENTION,
     SOFTMAX,

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from service.dataplane.auth import ApiKeys
 from service.settings import Settings
-from tests.api.conftest import assert_problem
+from tests.http.conftest import assert_problem
 from tests.hardening.conftest import SOFTMAX, BrokenEngine, client_for, metric_value
 
 KEY_A = "a" * 8 + "-test-key-0001"

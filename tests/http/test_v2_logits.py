@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.settings import Settings
 from tests import golden
-from tests.api.test_v2 import assert_error, binary_request, json_input, wait_ready
+from tests.http.test_v2 import assert_error, binary_request, json_input, wait_ready
 
 DTYPES = {"FP32": "<f4", "FP64": "<f8", "INT64": "<i8"}
 

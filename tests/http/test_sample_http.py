@@ -12,8 +12,8 @@ from service.app import create_app
 from service.core import normalizers
 from service.settings import Settings
 from tests import golden
-from tests.api.conftest import assert_problem
-from tests.api.test_attention_http import b64, decode
+from tests.http.conftest import assert_problem
+from tests.http.test_attention_http import b64, decode
 
 ROW2 = [2.1, 0.5, -1.2, 3.0]
 ALL = ["tokens", "logprobs", "raw_logprobs", "top_logprobs", "probabilities", "diagnostics"]

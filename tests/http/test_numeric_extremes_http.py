@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.settings import Settings
-from tests.api.conftest import assert_problem
+from tests.http.conftest import assert_problem
 
 
 @pytest.fixture(scope="module")

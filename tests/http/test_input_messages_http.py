@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.http.codecs import jsonbody
 from service.settings import Settings
-from tests.api.conftest import assert_problem
+from tests.http.conftest import assert_problem
 
 BASE: dict[str, Any] = {"query": [[1.0, 0.0]], "key": [[1.0, 0.0], [0.0, 1.0]], "value": [[1.0], [2.0]]}
 V2 = "/v2/models/attention/infer"

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from service.app import create_app
 from service.settings import Settings
-from tests.api.conftest import assert_problem
+from tests.http.conftest import assert_problem
 
 ENGINES = ("numpy", "onnx")
 PRECISIONS = ("float32", "float64")

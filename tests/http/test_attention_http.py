@@ -7,7 +7,7 @@ import base64
 import numpy as np
 import pytest
 
-from tests.api.conftest import assert_problem
+from tests.http.conftest import assert_problem
 from tests.golden import load, tolerance
 
 

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.core.analysis import analyze, sweep_points
 from service.settings import Settings
-from tests.api.conftest import assert_problem
-from tests.api.test_attention_http import b64
+from tests.http.conftest import assert_problem
+from tests.http.test_attention_http import b64
 
 ROW_KEYS = {
     "scale",

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.settings import Settings
-from tests.api.conftest import assert_problem
+from tests.http.conftest import assert_problem
 from tests.hardening.conftest import metric_value
 
 VICTIM = "softmax_fused_nomask_f32.onnx"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.api.conftest import assert_problem
-from tests.api.test_attention_http import b64, decode
+from tests.http.conftest import assert_problem
+from tests.http.test_attention_http import b64, decode
 
 ROWS = [[1.0, 0.5, 2.5, -0.1], [2.1, 0.5, -1.2, 3.0], [1.8, -0.3, 2.5, 0.1]]
 TABLE = {

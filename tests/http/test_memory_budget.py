@@ -19,7 +19,7 @@ from service.dataplane.memory import MemoryBudget, MemoryLease
 from service.engines.cost import Cost
 from service.engines.numpy_engine import NumpyEngine
 from service.settings import Settings
-from tests.api.conftest import assert_problem
+from tests.http.conftest import assert_problem
 
 
 def _column(n: int) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.http.bodies import is_json_media_type
-from tests.api.conftest import assert_problem
+from tests.http.conftest import assert_problem
 
 ATTENTION = {"query": [[1.0, 0.0]], "key": [[1.0, 0.0], [0.0, 1.0]], "value": [[1.0], [2.0]]}
 SOFTMAX = {"logits": [1.0, 2.0]}

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tests import golden
-from tests.api.conftest import assert_problem
-from tests.api.test_attention_http import b64
+from tests.http.conftest import assert_problem
+from tests.http.test_attention_http import b64
 
 CASES = golden.load("calibrate")
 

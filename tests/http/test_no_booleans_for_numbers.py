@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.settings import Settings
-from tests.api.conftest import assert_problem
+from tests.http.conftest import assert_problem
 
 Q = [[1.0, 0.0], [0.0, 1.0]]
 CASES = [
