@@ -7,7 +7,7 @@
 - ``grpc``: the gRPC front end (the Open Inference Protocol's ``GRPCInferenceService``, health, reflection);
 - ``export``: the ONNX graph builder (``models/``);
 - ``observability``: metrics, logs, spans; ``cli``: the command line; ``app``: :func:`service.app.create_app`
-  wires the parts; ``settings`` (with ``compute_settings``): every ``ATTN_*`` setting.
+  wires the parts; ``settings``: every ``ATTN_*`` setting (one class, composed of one per concern).
 """
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""Settings refuse unknown ATTN_* variables with the closest valid name (service/settings.py)."""
+"""Settings refuse unknown ATTN_* variables with the closest valid name (service/settings/)."""
 
 from __future__ import annotations
 

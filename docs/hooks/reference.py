@@ -108,7 +108,7 @@ def settings_table(prefix: str = "") -> str:
             f"| {_cell(field.description)} |"
         )
     if missing:
-        raise ValueError(f"settings without a description in service/settings.py: {', '.join(missing)}")
+        raise ValueError(f"settings without a description in service/settings/: {', '.join(missing)}")
     if len(rows) == 2:
         raise ValueError(f"no setting starts with {prefix!r}")
     return "\n".join(rows)
