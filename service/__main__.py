@@ -86,7 +86,7 @@ def _serve(settings: Settings) -> int:
     if settings.cost_calibration == "auto":
         # Once, before the server listens (no request meets the reference's estimates on a slower machine); the
         # workers take the factors from the environment, as an explicit ATTN_COST_CALIBRATION.
-        from service.engines.calibration import calibrate, format_factors
+        from service.engines.cost_calibration import calibrate, format_factors
 
         os.environ["ATTN_COST_CALIBRATION"] = format_factors(calibrate())
     # After a graceful shutdown uvicorn re-raises the signal it caught, which would end the process

@@ -17,7 +17,7 @@ is given). ONNX Runtime materialises every intermediate of the primitive graphs 
 ``(B, Hq, L, S)`` scores (measured bytes per score below, arena off); the numpy engine works in
 chunks of bounded size per worker thread, so beyond its results it needs a few MiB per thread.
 
-**Calibration.** The constants are the reference machine's; :mod:`service.engines.calibration` measures this
+**Calibration.** The constants are the reference machine's; :mod:`service.engines.cost_calibration` measures this
 machine and hands :func:`set_factors` the factors by which it is slower, per kernel.
 """
 

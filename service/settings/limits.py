@@ -64,7 +64,7 @@ class LimitSettings(BaseModel):
         text = value.strip()
         if text.lower() in ("auto", "off"):
             return text.lower()
-        from service.engines.calibration import parse_factors
+        from service.engines.cost_calibration import parse_factors
 
         parse_factors(text)  # ValueError names what is wrong
         return text
@@ -73,7 +73,7 @@ class LimitSettings(BaseModel):
         """The calibration factors given explicitly (None for 'auto' and 'off')."""
         if self.cost_calibration in ("auto", "off"):
             return None
-        from service.engines.calibration import parse_factors
+        from service.engines.cost_calibration import parse_factors
 
         return parse_factors(self.cost_calibration)
 
