@@ -25,7 +25,7 @@ from service.dataplane.options import AttentionOptionsLike
 from service.dataplane.scheduling import Job
 from service.dataplane.tensors import finite_as, float_mask_as
 from service.dataplane.timing import Timing
-from service.engines.base import Costed, Engine, EngineChoice
+from service.engines.base import Engine, EngineChoice, costed
 from service.engines.dispatch import Admit
 
 ROW_KEYS = ("entropy", "normalized_entropy", "max_weight", "argmax", "effective_support", "zeros", "attention_distance")
@@ -128,7 +128,7 @@ def engine_admission(
     response = budget.attention_response_bytes(dims, returned, precision, encoding)
 
     def admit(engine: Engine, task: AttentionTask | BackwardTask) -> str | None:
-        cost = engine.cost(task) if isinstance(engine, Costed) and isinstance(task, AttentionTask) else None
+        cost = engine.cost(task) if costed(engine) and isinstance(task, AttentionTask) else None
         if cost is None:
             return None
         memory = budget.attention_memory(cost, dims, precision, response)

@@ -21,7 +21,7 @@ from service.dataplane.options import AttentionOptionsLike
 from service.dataplane.scheduling import Job
 from service.dataplane.tensors import finite_as
 from service.dataplane.timing import Timing
-from service.engines.base import Engine, EngineChoice, GraphEngine
+from service.engines.base import Engine, EngineChoice, runs_graphs
 from service.engines.dispatch import Admit
 
 TENSOR_RESULTS = ("grad_query", "grad_key", "grad_value", "grad_mask", "output", "weights")
@@ -55,11 +55,7 @@ def graph_admission(
     on_numpy = budget.backward_memory(dims, returned, precision, response)
 
     def admit(engine: Engine, task: AttentionTask | BackwardTask) -> str | None:
-        graph = (
-            engine.backward_graph_for(task)
-            if isinstance(engine, GraphEngine) and isinstance(task, BackwardTask)
-            else None
-        )
+        graph = engine.backward_graph_for(task) if runs_graphs(engine) and isinstance(task, BackwardTask) else None
         if graph is None:
             return None
         memory = budget.backward_graph_memory(graph, dims, precision, response)

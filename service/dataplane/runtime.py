@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.engines.base import Closable, Engine, Fallible, Startable, public_reason
+from service.engines.base import Engine, closable, fallible, public_reason, startable
 from service.settings import Settings
 
 logger = logging.getLogger("service")
@@ -105,7 +105,7 @@ class Runtime:
         for name, engine in self.engines.items():
             if name in self._start_errors:
                 failed[name] = self._start_errors[name]
-            elif isinstance(engine, Fallible) and engine.failed:
+            elif fallible(engine) and engine.failed:
                 reason = engine.failure or engine.not_ready_reason
                 failed[name] = public_reason(str(reason or "start-up failed"))
         return failed
@@ -118,21 +118,21 @@ class Runtime:
         which says whether the service degrades to the other engines or is not ready.
         """
         errors = []
-        for engine in self.engines.values():
-            if not isinstance(engine, Startable):
+        for name, engine in self.engines.items():
+            start = engine.start if startable(engine) else None
+            if start is None:
                 continue
-            start = engine.start
             t0 = time.perf_counter()
             try:
                 start()
             except Exception as exc:
-                errors.append(f"{engine.name}: {type(exc).__name__}: {exc}")
-                self._start_errors[engine.name] = public_reason(f"{type(exc).__name__}: {exc}")
-                self._log_failure(engine.name, f"{type(exc).__name__}: {exc}", exc_info=True)
+                errors.append(f"{name}: {type(exc).__name__}: {exc}")
+                self._start_errors[name] = public_reason(f"{type(exc).__name__}: {exc}")
+                self._log_failure(name, f"{type(exc).__name__}: {exc}", exc_info=True)
                 continue
-            if isinstance(engine, Fallible) and engine.failed:
-                detail = engine.failure_detail or engine.not_ready_reason
-                self._log_failure(engine.name, str(detail))
+            detail = failure_detail(engine)
+            if detail is not None:
+                self._log_failure(name, detail)
                 continue
             logger.info(
                 "engine %s started in %.1f ms (ready=%s, provider=%s)",
@@ -166,12 +166,13 @@ class Runtime:
     def close_engines(self) -> None:
         """Release what engines hold (thread pools, sessions) at shutdown."""
         self.startup_done.wait(timeout=60)
-        for engine in self.engines.values():
-            if isinstance(engine, Closable):
+        for name, engine in self.engines.items():
+            close = engine.close if closable(engine) else None
+            if close is not None:
                 try:
-                    engine.close()
+                    close()
                 except Exception:
-                    logger.exception("closing engine %s failed", engine.name)
+                    logger.exception("closing engine %s failed", name)
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """(ready, details): ready once start-up finished and every engine is ready, except engines
@@ -211,3 +212,10 @@ class Runtime:
         waiting = [name for name, ok in details.get("engines", {}).items() if not ok]
         reason = f"engine {', '.join(waiting)} is not ready" if waiting else "not ready"
         return reason + (f" ({details['error']})" if details.get("error") else "")
+
+
+def failure_detail(engine: object) -> str | None:
+    """Why ``engine``'s start-up failed, for the server's log; None when it did not (or cannot fail)."""
+    if not (fallible(engine) and engine.failed):
+        return None
+    return engine.failure_detail or engine.not_ready_reason or "start-up failed"

@@ -12,8 +12,9 @@ ends ask of some engines, each a protocol checked with ``isinstance`` (never ``g
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from service.core.backward import BackwardResult, BackwardTask
 from service.core.types import AttentionResult, AttentionTask
@@ -122,6 +123,50 @@ class GraphEngine(Protocol):
     def backward_graph_for(self, task: BackwardTask) -> str | None: ...
 
     def models(self) -> dict[str, Any]: ...
+
+
+_CAPABILITIES: weakref.WeakKeyDictionary[Any, dict[type, bool]] = weakref.WeakKeyDictionary()
+"""What each engine was found to have: ``isinstance`` against a runtime-checkable protocol walks the protocol's
+members on every call (a few microseconds each in Python 3.11, several per tiny request); an engine's
+capabilities do not change, so each is looked up once."""
+
+
+def has_capability(engine: object, capability: type) -> bool:
+    """``isinstance(engine, capability)`` for a capability protocol above, found once per engine."""
+    try:
+        known = _CAPABILITIES.get(engine)
+        if known is None:
+            known = _CAPABILITIES[engine] = {}
+    except TypeError:  # an engine that cannot be weakly referenced (or hashed): looked up each time
+        return isinstance(engine, capability)
+    found = known.get(capability)
+    if found is None:
+        found = known[capability] = isinstance(engine, capability)
+    return found
+
+
+def with_backward(engine: object) -> TypeGuard[BackwardEngine]:
+    return has_capability(engine, BackwardEngine)
+
+
+def startable(engine: object) -> TypeGuard[Startable]:
+    return has_capability(engine, Startable)
+
+
+def closable(engine: object) -> TypeGuard[Closable]:
+    return has_capability(engine, Closable)
+
+
+def fallible(engine: object) -> TypeGuard[Fallible]:
+    return has_capability(engine, Fallible)
+
+
+def costed(engine: object) -> TypeGuard[Costed]:
+    return has_capability(engine, Costed)
+
+
+def runs_graphs(engine: object) -> TypeGuard[GraphEngine]:
+    return has_capability(engine, GraphEngine)
 
 
 _PATH = re.compile(r"(?<![\w.])(?:[A-Za-z]:)?[/\\][^\s'\"()\[\],;]+")

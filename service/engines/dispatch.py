@@ -26,7 +26,7 @@ from service.core.attention import ScoreOverflow, explain_score_overflow
 from service.core.backward import BackwardResult, BackwardTask
 from service.core.errors import InvalidInput, NumericalError
 from service.core.types import AttentionResult, AttentionTask
-from service.engines.base import BackwardEngine, Engine, EngineChoice, Fallible, GraphEngine
+from service.engines.base import Engine, EngineChoice, fallible, runs_graphs, with_backward
 
 logger = logging.getLogger("service.engines.dispatch")
 
@@ -120,14 +120,14 @@ def _auto_choice(name: str, provider: str, why_order: str) -> EngineChoice:
 
 
 def _not_ready_reason(engine: Engine) -> str:
-    reason = engine.not_ready_reason if isinstance(engine, Fallible) else None
+    reason = engine.not_ready_reason if fallible(engine) else None
     return reason or f"engine {engine.name!r} is not ready"
 
 
 def _what_runs(engine: Engine, task: AttentionTask | BackwardTask) -> str:
     """``onnx graph softmax_fused_f32`` for engines that name their graphs, else the engine name."""
     graph = None
-    if isinstance(engine, GraphEngine):
+    if runs_graphs(engine):
         graph = engine.backward_graph_for(task) if isinstance(task, BackwardTask) else engine.graph_for(task)
     return f"{engine.name} graph {graph}" if graph else engine.name
 
@@ -135,7 +135,7 @@ def _what_runs(engine: Engine, task: AttentionTask | BackwardTask) -> str:
 def _unsupported(engine: Engine, task: AttentionTask | BackwardTask) -> str | None:
     """Why ``engine`` cannot run ``task`` (forward or backward), or None."""
     if isinstance(task, BackwardTask):
-        if not isinstance(engine, BackwardEngine):
+        if not with_backward(engine):
             return "it has no backward pass"
         return engine.backward_unsupported_reason(task)
     return engine.unsupported_reason(task)
@@ -143,7 +143,7 @@ def _unsupported(engine: Engine, task: AttentionTask | BackwardTask) -> str | No
 
 def _runner(engine: Engine, task: AttentionTask | BackwardTask) -> Callable[[], AttentionResult | BackwardResult]:
     if isinstance(task, BackwardTask):
-        assert isinstance(engine, BackwardEngine)
+        assert with_backward(engine)
         return lambda: engine.run_backward(task)
     return lambda: engine.run(task)
 
@@ -190,7 +190,7 @@ class EngineDispatcher:
         normalizer = forward.params.normalizer
         if normalizer in NUMPY_FIRST_NORMALIZERS:
             return self._numpy_first, _sorting_reason(normalizer)
-        arena_less = first is not None and isinstance(first, GraphEngine) and not first.memory_arena
+        arena_less = first is not None and runs_graphs(first) and not first.memory_arena
         if 0 < self.large_task_scores < scores and forward.need_weights and arena_less:
             return self._numpy_first, _large_reason(scores)
         return self.order, ""
@@ -244,10 +244,11 @@ class EngineDispatcher:
             enabled = ", ".join(sorted(self.engines)) or "none"
             raise EngineUnavailable(f"engine {requested!r} is not enabled on this server (enabled: {enabled})")
         if not engine.ready:
-            if isinstance(engine, Fallible) and engine.failed:  # for good: say what serves instead
+            why = _not_ready_reason(engine)
+            if fallible(engine) and engine.failed:  # for good: say what serves instead
                 others = " or ".join(repr(n) for n in ("auto", *self.engines) if n != requested)
-                raise EngineNotReady(f"{_not_ready_reason(engine)}; use engine {others}", failed=True)
-            raise EngineNotReady(_not_ready_reason(engine))
+                raise EngineNotReady(f"{why}; use engine {others}", failed=True)
+            raise EngineNotReady(why)
         reason = _unsupported(engine, task)
         if reason:
             raise EngineUnavailable(f"engine {requested!r} cannot run this request: {reason}")
