@@ -25,6 +25,7 @@ from service.dataplane import DataPlane
 from service.dataplane.models import MODELS
 from service.dataplane.runtime import Runtime, freeze_startup_heap
 from service.engines.base import Engine
+from service.engines.cost import CostModel
 from service.engines.numpy_engine import NumpyEngine
 from service.http.app import build_app
 from service.observability.metrics import ServiceMetrics, multiprocess_enabled
@@ -36,9 +37,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger("service")
 
 
-def default_engines(settings: Settings) -> dict[str, Engine]:
-    """The numpy engine, plus the ONNX engine over ``settings.models_dir`` when enabled."""
-    engines: dict[str, Engine] = {"numpy": NumpyEngine(threads=settings.numpy_threads)}
+def default_engines(settings: Settings, cost_model: CostModel | None = None) -> dict[str, Engine]:
+    """The numpy engine, plus the ONNX engine over ``settings.models_dir`` when enabled; both price their tasks
+    with ``cost_model`` (default: the settings' calibration).
+    """
+    costs = cost_model if cost_model is not None else CostModel(settings.cost_factors())
+    engines: dict[str, Engine] = {"numpy": NumpyEngine(threads=settings.numpy_threads, cost_model=costs)}
     if settings.enable_onnx:
         from service.engines.onnx_engine import OnnxEngine  # onnxruntime is imported only when used
 
@@ -48,6 +52,7 @@ def default_engines(settings: Settings) -> dict[str, Engine]:
             intra_op_threads=settings.onnx_intra_op_threads,
             graph_optimization_level=settings.onnx_graph_optimization_level,
             memory_arena=settings.onnx_memory_arena,
+            cost_model=costs,
         )
     return engines
 
@@ -71,13 +76,11 @@ def create_app(
         )
     if settings.debug_delay_s:
         logger.warning("ATTN_DEBUG_DELAY_S=%s: every request is slowed down (test setting)", settings.debug_delay_s)
-    factors = settings.cost_factors()
-    if factors is not None:  # measured by `serve` before it listened (ATTN_COST_CALIBRATION=auto), or given
-        from service.engines import cost
-
-        cost.set_factors(factors)
+    # The factors measured by `serve` before it listened (ATTN_COST_CALIBRATION=auto), or given: this app's own.
+    costs = CostModel(settings.cost_factors())
     metrics = ServiceMetrics(models=MODELS)  # the model label: these names, else "other"
-    plane = DataPlane(settings, dict(engines) if engines is not None else default_engines(settings), observer=metrics)
+    engines = dict(engines) if engines is not None else default_engines(settings, costs)
+    plane = DataPlane(settings, engines, observer=metrics, costs=costs)
     runtime = plane.runtime
 
     @asynccontextmanager

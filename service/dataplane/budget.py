@@ -6,6 +6,10 @@ the request's estimated single-core time on the reference machine times its GEMM
 inputs, the engine's intermediates and results, and its response; :func:`enforce` refuses a
 request over any limit (``TOO_LARGE``). The scheduler then reserves the memory estimate on the
 request's lease of the process-wide budget (:mod:`service.dataplane.memory`).
+
+The work is priced by the data plane's cost model (:class:`~service.engines.cost.CostModel`, with this machine's
+calibration factors), given as ``costs``. Until every operation passes its context's model, an estimate without
+one prices with :func:`operations_costs`, the model of the data plane built last in the process.
 """
 
 from __future__ import annotations
@@ -18,10 +22,25 @@ from service.core.attention import Dims
 from service.dataplane.errors import too_large
 from service.dataplane.memory import over_budget_message
 from service.engines import cost
+from service.engines.cost import CostModel
 
 # Bytes one number takes in a JSON array (digits, sign, exponent, comma): float32
 # needs at most 9 significant digits, float64 17 (IEEE 754 shortest round trip).
 JSON_BYTES_PER_NUMBER = {"float32": 16, "float64": 25}
+
+_operations_costs = cost.REFERENCE
+
+
+def use_operations_costs(costs: CostModel) -> None:
+    """Price the estimates that are given no model with ``costs`` (a data plane's, as it is built)."""
+    global _operations_costs
+    _operations_costs = costs
+
+
+def operations_costs(costs: CostModel | None = None) -> CostModel:
+    """``costs``, or the model of the estimates given none (:func:`use_operations_costs`)."""
+    return costs if costs is not None else _operations_costs
+
 
 DIAGNOSTICS_NS_PER_SCORE = 8.0
 """The diagnostics' passes over the weights (entropy with a log, max, sums, distance), per score."""
@@ -37,13 +56,15 @@ class Budget:
 
 
 def normalizer_flops_per_score(
-    normalizer: str, S: int, precision: str = "float32", alpha: float | None = None
+    normalizer: str, S: int, precision: str = "float32", alpha: float | None = None, *, costs: CostModel | None = None
 ) -> float:
     """Work of the normalizer on one score, in GEMM-equivalent flops (sort, bisection steps and all).
 
     ``S`` is kept for callers: the measured sort-based costs hardly move from 256 to 8192 keys.
     """
-    return ns_as_flops(cost.normalizer_ns_per_score(normalizer, alpha if normalizer == "entmax" else None, precision))
+    model = operations_costs(costs)
+    ns = model.normalizer_ns_per_score(normalizer, alpha if normalizer == "entmax" else None, precision)
+    return ns_as_flops(ns)
 
 
 def bytes_per_number(precision: str, encoding: str) -> float:
@@ -66,12 +87,14 @@ def softmax_estimate(
     precision: str,
     encoding: str,
     alpha: float | None = None,
+    *,
+    costs: CostModel | None = None,
 ) -> tuple[float, int]:
     """(flops, response bytes) of one softmax request."""
     elements = math.prod(shape)
     n = shape[axis] if -len(shape) <= axis < len(shape) else 1
     flops = elements * (
-        normalizer_flops_per_score(normalizer, n, precision, alpha) + ns_as_flops(DIAGNOSTICS_NS_PER_SCORE)
+        normalizer_flops_per_score(normalizer, n, precision, alpha, costs=costs) + ns_as_flops(DIAGNOSTICS_NS_PER_SCORE)
     )
     response = int(elements * bytes_per_number(precision, encoding) * (2 if with_log else 1) + 4096)
     return flops, response
@@ -95,11 +118,13 @@ def attention_estimate(
     precision: str,
     encoding: str,
     alpha: float | None = None,
+    *,
+    costs: CostModel | None = None,
 ) -> tuple[float, int]:
     """(flops, response bytes) of one attention request on the numpy engine (the engine every request can use)."""
     need_weights = "weights" in returned or "diagnostics" in returned
     need_scores = "scores" in returned or "diagnostics" in returned
-    c = cost.numpy_cost(
+    c = operations_costs(costs).numpy_cost(
         dims, normalizer=normalizer, alpha=alpha, dtype=precision, need_weights=need_weights, need_scores=need_scores
     )
     flops = c.work_flops
@@ -145,6 +170,8 @@ def backward_estimate(
     precision: str,
     encoding: str,
     alpha: float | None = None,
+    *,
+    costs: CostModel | None = None,
 ) -> tuple[float, int]:
     """(flops, response bytes) of one backward request.
 
@@ -161,7 +188,9 @@ def backward_estimate(
     in_float32 = precision == "float32" and normalizer != "relu"
     rate = cost.REFERENCE_GEMM_FLOPS_PER_S if in_float32 else cost.REFERENCE_GEMM_FLOPS_PER_S / 2
     gemm = 2.0 * n * products * cost.REFERENCE_GEMM_FLOPS_PER_S / rate
-    per_score = 2 * cost.normalizer_ns_per_score(normalizer, alpha if normalizer == "entmax" else None, precision) + 6
+    model = operations_costs(costs)
+    ns = model.normalizer_ns_per_score(normalizer, alpha if normalizer == "entmax" else None, precision)
+    per_score = 2 * ns + 6
     flops = gemm + n * ns_as_flops(per_score)
     if "gradient_health" in returned:
         flops += n * ns_as_flops(GRADIENT_HEALTH_NS_PER_SCORE)
@@ -295,7 +324,14 @@ DRAW_NS_PER_NUMBER = 10.0
 
 
 def analyze_estimate(
-    dims: Dims, head_dims: Collection[int], points_per_head_dim: int, normalizer: str, alpha: float | None, drawn: bool
+    dims: Dims,
+    head_dims: Collection[int],
+    points_per_head_dim: int,
+    normalizer: str,
+    alpha: float | None,
+    drawn: bool,
+    *,
+    costs: CostModel | None = None,
 ) -> tuple[float, int]:
     """(flops, response bytes) of one analysis, computed in float64.
 
@@ -304,7 +340,9 @@ def analyze_estimate(
     also draws ``B*(Hq*L + Hkv*S)*E`` normal numbers.
     """
     n = cost.scores(dims)
-    per_score_ns = cost.normalizer_ns_per_score(normalizer, alpha if normalizer == "entmax" else None, "float64")
+    per_score_ns = operations_costs(costs).normalizer_ns_per_score(
+        normalizer, alpha if normalizer == "entmax" else None, "float64"
+    )
     flops = 0.0
     for e in head_dims:
         flops += points_per_head_dim * n * (2.0 * e * 2 + ns_as_flops(per_score_ns + ANALYSIS_NS_PER_SCORE))

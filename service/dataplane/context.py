@@ -1,6 +1,7 @@
-"""What the operations need of the process: the engine dispatcher, the limits and the diagnostics' settings.
+"""What the operations need of their data plane: the engine dispatcher, the cost model, the limits and the
+diagnostics' settings.
 
-Built once from the settings (:meth:`Context.from_settings`), shared by every request.
+Built once per data plane from its settings (:meth:`Context.from_settings`), shared by its requests.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from service.dataplane.budget import Budget
 from service.dataplane.errors import invalid, too_large, unavailable
 from service.dataplane.tensors import TensorLimits
 from service.engines.base import EngineChoice
+from service.engines.cost import CostModel
 from service.engines.dispatch import Admit, EngineDispatcher, EngineNotReady, EngineOverBudget, EngineUnavailable
 from service.observability.spans import span
 from service.settings import Settings
@@ -33,10 +35,12 @@ class EngineObserver(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """The process-wide parts every operation reads."""
+    """The parts of a data plane that every operation reads."""
 
     dispatcher: EngineDispatcher
     budget: Budget
+    costs: CostModel
+    """The cost model that prices a request's work (the plane's, with this machine's calibration factors)."""
     limits: TensorLimits
     """Limits of attention and softmax tensors."""
     logits_limits: TensorLimits
@@ -50,7 +54,12 @@ class Context:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, dispatcher: EngineDispatcher, observer: EngineObserver | None = None
+        cls,
+        settings: Settings,
+        dispatcher: EngineDispatcher,
+        observer: EngineObserver | None = None,
+        *,
+        costs: CostModel,
     ) -> Context:
         s = settings
         return cls(
@@ -60,6 +69,7 @@ class Context:
                 max_response_bytes=s.max_response_bytes,
                 max_memory_bytes=s.memory_budget_bytes,
             ),
+            costs=costs,
             limits=TensorLimits(max_rank=s.max_rank, max_dim=s.max_dim, max_elements=s.max_tensor_elements),
             logits_limits=TensorLimits(
                 max_rank=2, max_dim=max(s.max_dim, s.max_vocab), max_elements=s.max_tensor_elements

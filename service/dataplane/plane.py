@@ -1,6 +1,7 @@
-"""One process's data plane: its engines, admission, memory budget (and the request bodies' share of it),
-scheduler, the operations' context, the inference statistics, and the door every request that does work enters
-through (:mod:`service.dataplane.door`).
+"""One app's data plane: its engines and their cost model, admission, memory budget (and the request bodies' share
+of it), scheduler, the operations' context, the inference statistics, and the door every request that does work
+enters through (:mod:`service.dataplane.door`). Everything a plane holds is its own: two apps in one process
+(each with its plane) keep their own limits, budgets and calibration.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from service.dataplane import budget
 from service.dataplane.admission import Admission
 from service.dataplane.auth import ApiKeys
 from service.dataplane.context import Context, EngineObserver
@@ -17,6 +19,7 @@ from service.dataplane.runtime import Runtime
 from service.dataplane.scheduling import Scheduler, SchedulerObserver
 from service.dataplane.statistics import InferenceStatistics, StatisticsStore
 from service.engines.base import Engine
+from service.engines.cost import CostModel
 from service.engines.dispatch import EngineDispatcher
 from service.settings import Settings
 
@@ -32,15 +35,26 @@ class DataPlane:
     admitted counts against the other's capacity, and both read the same engines and budgets.
     """
 
-    def __init__(self, settings: Settings, engines: Mapping[str, Engine], *, observer: Observer | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        engines: Mapping[str, Engine],
+        *,
+        observer: Observer | None = None,
+        costs: CostModel | None = None,
+    ) -> None:
         s = self.settings = settings
+        self.costs = costs if costs is not None else CostModel(s.cost_factors())
+        """The cost model of this plane's operations (``ATTN_COST_CALIBRATION``); its engines price with it too when
+        they were built with it (:func:`service.app.default_engines`)."""
+        budget.use_operations_costs(self.costs)  # until every operation passes its context's model
         self.runtime = Runtime(settings=settings, engines=dict(engines))
         self.dispatcher = EngineDispatcher(
             self.runtime.engines,
             small_task_scores=s.auto_numpy_max_scores,
             large_task_scores=s.auto_numpy_large_scores,
         )
-        self.context = Context.from_settings(settings, self.dispatcher, observer)
+        self.context = Context.from_settings(settings, self.dispatcher, observer, costs=self.costs)
         self.memory = MemoryBudget(s.memory_budget_bytes, s.queue_timeout_s, s.retry_after_s)
         self.body_share = self.memory.share(s.body_memory_limit(), "request bodies")
         """The share of the budget that admitted request bodies (REST) and messages (gRPC) hold together, until

@@ -17,16 +17,18 @@ is given). ONNX Runtime materialises every intermediate of the primitive graphs 
 ``(B, Hq, L, S)`` scores (measured bytes per score below, arena off); the numpy engine works in
 chunks of bounded size per worker thread, so beyond its results it needs a few MiB per thread.
 
-**Calibration.** The constants are the reference machine's; :mod:`service.engines.cost_calibration` measures this
-machine and hands :func:`set_factors` the factors by which it is slower, per kernel.
+**Calibration.** The constants are the reference machine's (:data:`REFERENCE`); :mod:`service.engines.cost_calibration`
+measures this machine and gives the factors by which it is slower, per kernel. A :class:`CostModel` holds one set of
+factors: each data plane builds its own (``ATTN_COST_CALIBRATION``) and hands it to its engines and operations, so
+two planes in one process price requests each by its own.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from types import MappingProxyType
 
 from service.core.attention import Dims
 from service.core.attention.chunks import CHUNK_ELEMENTS
@@ -124,14 +126,6 @@ FIXED_BYTES = 1 << 20
 
 KERNELS = ("softmax", "relu", "sparsemax", "entmax15", "entmax")
 """The normalizers' kernels, each with a calibration factor (``entmax``: the bisection, any other alpha)."""
-_factors: dict[str, float] = {}
-"""This machine's time over the model's, per kernel and for ``"gemm"`` (at least 1; empty until calibrated)."""
-_calibration_lock = threading.Lock()
-
-
-def factor(kernel: str) -> float:
-    """The calibration factor of ``kernel`` (a normalizer's kernel or ``"gemm"``): 1 until :func:`calibrate` ran."""
-    return _factors.get(kernel, 1.0)
 
 
 def kernel_of(normalizer: str, alpha: float | None) -> str:
@@ -167,30 +161,13 @@ def scores(dims: Dims) -> int:
     return dims.B * dims.Hq * dims.L * dims.S
 
 
-def gemm_seconds(dims: Dims, dtype: str) -> float:
-    """Q K^T and A V: ``2 * scores * (E + Ev)`` flops at the reference rate (float64 at half of it)."""
-    flops = 2.0 * scores(dims) * (dims.E + dims.Ev)
-    rate = REFERENCE_GEMM_FLOPS_PER_S if dtype == "float32" else REFERENCE_GEMM_FLOPS_PER_S / 2
-    return flops / rate * factor("gemm")
-
-
 def near_one(alpha: float | None) -> bool:
     """Whether alpha-entmax runs its near-one form (``alpha - 1 < NEAR_ONE``: log1p and exp instead of a power)."""
     return alpha is not None and float(alpha) - 1.0 < NEAR_ONE
 
 
-def normalizer_ns_per_score(normalizer: str, alpha: float | None, dtype: str) -> float:
-    """The numpy normalizers' worst-case cost of one score, in ns on one core.
-
-    ``entmax`` with alpha 1.5 or 2 runs the exact sort-based kernels (as the engines do), any other
-    alpha the bisection, whose cost is its steps times one step's pass over the candidates. Scaled by the
-    kernel's calibration factor.
-    """
-    return reference_ns_per_score(normalizer, alpha, dtype) * factor(kernel_of(normalizer, alpha))
-
-
 def reference_ns_per_score(normalizer: str, alpha: float | None, dtype: str) -> float:
-    """:func:`normalizer_ns_per_score` on the reference machine (uncalibrated)."""
+    """:meth:`CostModel.normalizer_ns_per_score` on the reference machine (uncalibrated)."""
     if normalizer == "entmax":
         exact = {1.5: "entmax15", 2.0: "sparsemax"}.get(float(alpha) if alpha is not None else 0.0)
         if exact is None:
@@ -210,91 +187,131 @@ def result_bytes(dims: Dims, dtype: str, need_weights: bool, need_scores: bool) 
     return n * _itemsize(dtype)
 
 
-def numpy_cost(
-    dims: Dims,
-    *,
-    normalizer: str,
-    alpha: float | None,
-    dtype: str,
-    need_weights: bool,
-    need_scores: bool,
-    workers: int = 1,
-) -> Cost:
-    """The numpy engine: GEMMs plus the normalizer's passes; results plus a scratch per worker thread."""
-    threads = max(1, min(workers, -(-scores(dims) // SORT_BLOCK_ELEMENTS)))  # small tasks run on one thread
-    return _numpy_cost(dims, normalizer, alpha, dtype, need_weights, need_scores, threads)
-
-
-@lru_cache(maxsize=512)
-def _numpy_cost(
-    dims: Dims, normalizer: str, alpha: float | None, dtype: str, need_weights: bool, need_scores: bool, threads: int
-) -> Cost:
-    """:func:`numpy_cost`, cached: a pure function of the shapes and options, asked for by the API's budget
-    check and again by the dispatcher's admission of the engine, on every request.
+class CostModel:
+    """The model with one machine's calibration factors: each kernel's time (``"gemm"`` and the normalizers'
+    :data:`KERNELS`) multiplied by its factor, 1 where none is given. Immutable: the engines and operations of one
+    data plane share it, and price every request alike.
     """
-    seconds = gemm_seconds(dims, dtype) + scores(dims) * normalizer_ns_per_score(normalizer, alpha, dtype) * 1e-9
-    scratch = threads * numpy_scratch_bytes(scores(dims), normalizer)
-    return Cost(seconds, result_bytes(dims, dtype, need_weights, need_scores) + scratch + FIXED_BYTES)
+
+    def __init__(self, factors: Mapping[str, float] | None = None) -> None:
+        given = dict(factors or {})
+        unknown = set(given) - {"gemm", *KERNELS}
+        if unknown or any(not value > 0 for value in given.values()):
+            raise ValueError(f"calibration factors are 'gemm' and {', '.join(KERNELS)}, each > 0; got {given}")
+        self.factors: Mapping[str, float] = MappingProxyType(given)
+        """This machine's time over the model's, per kernel and for ``"gemm"``."""
+        self._numpy_cost = lru_cache(maxsize=512)(self._numpy_cost_uncached)
+        """:meth:`numpy_cost`, cached: a pure function of the shapes and options, asked for by the budget check and
+        again by the dispatcher's admission of the engine, on every request."""
+
+    def __repr__(self) -> str:
+        return f"CostModel({dict(self.factors)})"
+
+    def factor(self, kernel: str) -> float:
+        """The calibration factor of ``kernel`` (a normalizer's kernel or ``"gemm"``): 1 unless given."""
+        return self.factors.get(kernel, 1.0)
+
+    def gemm_seconds(self, dims: Dims, dtype: str) -> float:
+        """Q K^T and A V: ``2 * scores * (E + Ev)`` flops at the reference rate (float64 at half of it)."""
+        flops = 2.0 * scores(dims) * (dims.E + dims.Ev)
+        rate = REFERENCE_GEMM_FLOPS_PER_S if dtype == "float32" else REFERENCE_GEMM_FLOPS_PER_S / 2
+        return flops / rate * self.factor("gemm")
+
+    def normalizer_ns_per_score(self, normalizer: str, alpha: float | None, dtype: str) -> float:
+        """The numpy normalizers' worst-case cost of one score, in ns on one core.
+
+        ``entmax`` with alpha 1.5 or 2 runs the exact sort-based kernels (as the engines do), any other
+        alpha the bisection, whose cost is its steps times one step's pass over the candidates. Scaled by the
+        kernel's calibration factor.
+        """
+        return reference_ns_per_score(normalizer, alpha, dtype) * self.factor(kernel_of(normalizer, alpha))
+
+    def numpy_cost(
+        self,
+        dims: Dims,
+        *,
+        normalizer: str,
+        alpha: float | None,
+        dtype: str,
+        need_weights: bool,
+        need_scores: bool,
+        workers: int = 1,
+    ) -> Cost:
+        """The numpy engine: GEMMs plus the normalizer's passes; results plus a scratch per worker thread."""
+        threads = max(1, min(workers, -(-scores(dims) // SORT_BLOCK_ELEMENTS)))  # small tasks run on one thread
+        return self._numpy_cost(dims, normalizer, alpha, dtype, need_weights, need_scores, threads)
+
+    def _numpy_cost_uncached(
+        self,
+        dims: Dims,
+        normalizer: str,
+        alpha: float | None,
+        dtype: str,
+        need_weights: bool,
+        need_scores: bool,
+        threads: int,
+    ) -> Cost:
+        n = scores(dims)
+        seconds = self.gemm_seconds(dims, dtype) + n * self.normalizer_ns_per_score(normalizer, alpha, dtype) * 1e-9
+        scratch = threads * numpy_scratch_bytes(n, normalizer)
+        return Cost(seconds, result_bytes(dims, dtype, need_weights, need_scores) + scratch + FIXED_BYTES)
+
+    def onnx_cost(
+        self,
+        graph: str,
+        dims: Dims,
+        *,
+        dtype: str,
+        need_weights: bool,
+        need_scores: bool,
+        alpha: float | None = None,
+    ) -> Cost:
+        """One ONNX graph: its measured time and peak per score, results included (copied out of the run).
+
+        ``alpha`` (entmax graphs): below ``alpha - 1 = NEAR_ONE`` the graph's near-one branch runs, which costs
+        :data:`ONNX_NEAR_ONE_FACTOR` times its other branch.
+        """
+        n = scores(dims)
+        ns = ONNX_NS_PER_SCORE.get(graph, ONNX_DEFAULT_NS_PER_SCORE) * self.factor(graph_kernel(graph))
+        if graph.startswith("entmax_f") and near_one(alpha):
+            ns *= ONNX_NEAR_ONE_FACTOR
+        per_score = ONNX_BYTES_PER_SCORE.get(graph, ONNX_DEFAULT_BYTES_PER_SCORE)
+        seconds = self.gemm_seconds(dims, dtype) + n * ns * 1e-9
+        peak = int(n * per_score) + result_bytes(dims, dtype, need_weights, need_scores)
+        return Cost(seconds, peak + FIXED_BYTES)
+
+    def estimate(
+        self,
+        engine: str,
+        dims: Dims,
+        *,
+        normalizer: str,
+        alpha: float | None,
+        dtype: str,
+        need_weights: bool,
+        need_scores: bool,
+        graph: str | None = None,
+        workers: int = 1,
+    ) -> Cost:
+        """The cost of one call on ``engine`` (``"numpy"``, or ``"onnx"`` running ``graph``)."""
+        if engine == "onnx":
+            if graph is None:
+                raise ValueError("the ONNX estimate needs the graph that runs the request")
+            return self.onnx_cost(
+                graph, dims, dtype=dtype, need_weights=need_weights, need_scores=need_scores, alpha=alpha
+            )
+        return self.numpy_cost(
+            dims,
+            normalizer=normalizer,
+            alpha=alpha,
+            dtype=dtype,
+            need_weights=need_weights,
+            need_scores=need_scores,
+            workers=workers,
+        )
 
 
-def onnx_cost(
-    graph: str,
-    dims: Dims,
-    *,
-    dtype: str,
-    need_weights: bool,
-    need_scores: bool,
-    alpha: float | None = None,
-) -> Cost:
-    """One ONNX graph: its measured time and peak per score, results included (copied out of the run).
-
-    ``alpha`` (entmax graphs): below ``alpha - 1 = NEAR_ONE`` the graph's near-one branch runs, which costs
-    :data:`ONNX_NEAR_ONE_FACTOR` times its other branch.
-    """
-    n = scores(dims)
-    ns = ONNX_NS_PER_SCORE.get(graph, ONNX_DEFAULT_NS_PER_SCORE) * factor(graph_kernel(graph))
-    if graph.startswith("entmax_f") and near_one(alpha):
-        ns *= ONNX_NEAR_ONE_FACTOR
-    per_score = ONNX_BYTES_PER_SCORE.get(graph, ONNX_DEFAULT_BYTES_PER_SCORE)
-    seconds = gemm_seconds(dims, dtype) + n * ns * 1e-9
-    peak = int(n * per_score) + result_bytes(dims, dtype, need_weights, need_scores)
-    return Cost(seconds, peak + FIXED_BYTES)
-
-
-def estimate(
-    engine: str,
-    dims: Dims,
-    *,
-    normalizer: str,
-    alpha: float | None,
-    dtype: str,
-    need_weights: bool,
-    need_scores: bool,
-    graph: str | None = None,
-    workers: int = 1,
-) -> Cost:
-    """The cost of one call on ``engine`` (``"numpy"``, or ``"onnx"`` running ``graph``)."""
-    if engine == "onnx":
-        if graph is None:
-            raise ValueError("the ONNX estimate needs the graph that runs the request")
-        return onnx_cost(graph, dims, dtype=dtype, need_weights=need_weights, need_scores=need_scores, alpha=alpha)
-    return numpy_cost(
-        dims,
-        normalizer=normalizer,
-        alpha=alpha,
-        dtype=dtype,
-        need_weights=need_weights,
-        need_scores=need_scores,
-        workers=workers,
-    )
-
-
-def set_factors(factors: Mapping[str, float]) -> None:
-    """Use these calibration factors (``"gemm"`` and kernel names; each > 0) from now on, in this process."""
-    unknown = set(factors) - {"gemm", *KERNELS}
-    if unknown or any(not value > 0 for value in factors.values()):
-        raise ValueError(f"calibration factors are 'gemm' and {', '.join(KERNELS)}, each > 0; got {dict(factors)}")
-    with _calibration_lock:
-        _factors.clear()
-        _factors.update(factors)
-        _numpy_cost.cache_clear()
+REFERENCE = CostModel()
+"""The reference machine's model (no calibration): what an engine built without a model of its own prices with."""
+estimate = REFERENCE.estimate
+"""The reference machine's estimate of one call (bench/bench_costs.py sets its measurements beside it)."""

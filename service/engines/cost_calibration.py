@@ -20,7 +20,7 @@ from functools import partial
 
 from service.core.attention import Dims
 from service.core.normalizers import NEAR_ONE
-from service.engines.cost import KERNELS, REFERENCE_GEMM_FLOPS_PER_S, reference_ns_per_score, scores, set_factors
+from service.engines.cost import KERNELS, REFERENCE_GEMM_FLOPS_PER_S, reference_ns_per_score, scores
 
 logger = logging.getLogger("service.engines")
 
@@ -95,12 +95,12 @@ def _measure(repeats: int) -> dict[str, float]:
 
 def calibrate(repeats: int = 2) -> dict[str, float]:
     """Measure this machine (:func:`measure`) and scale the model where it is slower than the reference (factors of at
-    least 1: a faster machine keeps the reference's estimates); returns the factors, now in force in this process.
+    least 1: a faster machine keeps the reference's estimates); returns the factors, for a
+    :class:`~service.engines.cost.CostModel` (``serve`` hands them to its workers as ``ATTN_COST_CALIBRATION``).
     """
     t0 = time.perf_counter()
     measured = measure(repeats)
     factors = {kernel: round(max(1.0, ratio), 3) for kernel, ratio in measured.items()}
-    set_factors(factors)
     logger.info(
         "cost model calibrated in %.0f ms: %s",
         (time.perf_counter() - t0) * 1e3,

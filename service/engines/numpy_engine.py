@@ -12,7 +12,7 @@ from threadpoolctl import ThreadpoolController
 from service.core.attention import check_dims, run_attention
 from service.core.backward import BackwardResult, BackwardTask, run_backward
 from service.core.types import AttentionResult, AttentionTask
-from service.engines.cost import Cost, numpy_cost
+from service.engines.cost import REFERENCE, Cost, CostModel
 
 _DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 """``dtype.name`` is a Python property that takes ~2 us; the compute dtypes' names by lookup."""
@@ -35,13 +35,15 @@ class NumpyEngine:
     limited to one thread per call, so the GEMMs and the element-wise softmax
     passes (which numpy runs on one core) all use every core without
     oversubscribing them. The pool is shared by concurrent requests, which
-    bounds the CPU the engine uses.
+    bounds the CPU the engine uses. ``cost_model`` prices its tasks (the data
+    plane's, with this machine's calibration; the reference machine's by default).
     """
 
     name = "numpy"
 
-    def __init__(self, threads: int = 0) -> None:
+    def __init__(self, threads: int = 0, *, cost_model: CostModel = REFERENCE) -> None:
         self.threads = threads or available_cpus()
+        self.cost_model = cost_model
         self._executor: ThreadPoolExecutor | None = None
         self._blas_limit: Any = None
 
@@ -74,7 +76,7 @@ class NumpyEngine:
     def cost(self, task: AttentionTask) -> Cost:
         """Estimated time and peak memory of ``task`` here (:mod:`service.engines.cost`, cached per shapes)."""
         inputs = task.inputs
-        return numpy_cost(
+        return self.cost_model.numpy_cost(
             check_dims(inputs.query.shape, inputs.key.shape, inputs.value.shape),
             normalizer=task.params.normalizer,
             alpha=task.params.alpha,

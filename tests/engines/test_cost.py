@@ -11,6 +11,7 @@ import pytest
 
 from service.core.attention import Dims
 from service.engines import cost
+from service.engines.cost import REFERENCE
 from service.engines.onnx_engine import verify_models
 from service.settings import Settings
 
@@ -34,15 +35,15 @@ def test_bisection_is_costed_by_its_steps() -> None:
     """A bisection step costs a pass with a fractional power: entmax with alpha 1.3 costs far more
     than the exact sort-based kernels, which alpha 1.5 and 2 use.
     """
-    general = cost.normalizer_ns_per_score("entmax", 1.3, "float32")
+    general = REFERENCE.normalizer_ns_per_score("entmax", 1.3, "float32")
     assert general >= cost.NUMPY_BISECT_STEPS * cost.NUMPY_NS_PER_BISECT_STEP
-    assert cost.normalizer_ns_per_score("entmax", 1.5, "float32") == cost.normalizer_ns_per_score(
+    assert REFERENCE.normalizer_ns_per_score("entmax", 1.5, "float32") == REFERENCE.normalizer_ns_per_score(
         "entmax15", None, "float32"
     )
-    assert cost.normalizer_ns_per_score("entmax", 2.0, "float64") == cost.normalizer_ns_per_score(
+    assert REFERENCE.normalizer_ns_per_score("entmax", 2.0, "float64") == REFERENCE.normalizer_ns_per_score(
         "sparsemax", None, "float64"
     )
-    assert general > 20 * cost.normalizer_ns_per_score("softmax", None, "float32")
+    assert general > 20 * REFERENCE.normalizer_ns_per_score("softmax", None, "float32")
 
 
 def test_the_issue_requests_are_costed_as_what_they_took() -> None:
@@ -50,10 +51,12 @@ def test_the_issue_requests_are_costed_as_what_they_took() -> None:
     The same shape with sparsemax needs gigabytes on the ONNX primitive graph and little on numpy.
     """
     dims = Dims(B=1, Hq=1, Hkv=1, L=8192, S=8192, E=1, Ev=1)
-    slow = cost.numpy_cost(dims, normalizer="entmax", alpha=1.3, dtype="float32", need_weights=False, need_scores=False)
+    slow = REFERENCE.numpy_cost(
+        dims, normalizer="entmax", alpha=1.3, dtype="float32", need_weights=False, need_scores=False
+    )
     assert slow.seconds > 20
-    sparse_onnx = cost.onnx_cost("sparsemax_f32", dims, dtype="float32", need_weights=False, need_scores=False)
-    sparse_numpy = cost.numpy_cost(
+    sparse_onnx = REFERENCE.onnx_cost("sparsemax_f32", dims, dtype="float32", need_weights=False, need_scores=False)
+    sparse_numpy = REFERENCE.numpy_cost(
         dims, normalizer="sparsemax", alpha=None, dtype="float32", need_weights=False, need_scores=False, workers=2
     )
     assert sparse_onnx.peak_bytes > 2 << 30
@@ -93,7 +96,7 @@ def test_measured_peak_memory_stays_under_the_model(
     }
     got = measure(spec)
     dims = Dims(B=1, Hq=H, Hkv=H, L=S, S=S, E=E, Ev=E)
-    model = cost.estimate(
+    model = REFERENCE.estimate(
         engine,
         dims,
         normalizer=normalizer,
@@ -118,11 +121,30 @@ def test_bench_costs_script_is_importable() -> None:
 def test_near_one_entmax_costs_more_on_both_engines() -> None:
     """Below alpha - 1 = NEAR_ONE both engines take the log1p form, which the budgets must price."""
     dims = Dims(B=1, Hq=4, Hkv=4, L=32, S=512, E=64, Ev=64)
-    assert cost.normalizer_ns_per_score("entmax", 1 + 1e-9, "float32") > cost.normalizer_ns_per_score(
+    assert REFERENCE.normalizer_ns_per_score("entmax", 1 + 1e-9, "float32") > REFERENCE.normalizer_ns_per_score(
         "entmax", 1.3, "float32"
     )
     kw = {"dtype": "float32", "need_weights": True, "need_scores": False}
-    near = cost.onnx_cost("entmax_f32", dims, alpha=1 + 1e-9, **kw)
-    far = cost.onnx_cost("entmax_f32", dims, alpha=1.3, **kw)
+    near = REFERENCE.onnx_cost("entmax_f32", dims, alpha=1 + 1e-9, **kw)
+    far = REFERENCE.onnx_cost("entmax_f32", dims, alpha=1.3, **kw)
     assert near.seconds > far.seconds and near.peak_bytes == far.peak_bytes
-    assert cost.onnx_cost("softmax_f32", dims, alpha=1 + 1e-9, **kw) == cost.onnx_cost("softmax_f32", dims, **kw)
+    assert REFERENCE.onnx_cost("softmax_f32", dims, alpha=1 + 1e-9, **kw) == REFERENCE.onnx_cost(
+        "softmax_f32", dims, **kw
+    )
+
+
+def test_a_model_scales_each_kernel_by_its_own_factor() -> None:
+    """Calibration factors price a model's requests alone: the reference model, and any other, keep their own."""
+    dims = Dims(B=1, Hq=1, Hkv=1, L=512, S=512, E=1, Ev=1)
+    kw = {"alpha": None, "dtype": "float32", "need_weights": False, "need_scores": False}
+    slow = cost.CostModel({"sparsemax": 4.0})
+    assert (
+        slow.numpy_cost(dims, normalizer="sparsemax", **kw).seconds
+        > 3 * REFERENCE.numpy_cost(dims, normalizer="sparsemax", **kw).seconds
+    )
+    assert slow.numpy_cost(dims, normalizer="softmax", **kw) == REFERENCE.numpy_cost(dims, normalizer="softmax", **kw)
+    assert REFERENCE.factors == {} and cost.CostModel(None).factor("gemm") == 1.0
+    with pytest.raises(ValueError, match="calibration factors are 'gemm'"):
+        cost.CostModel({"sparsemax": 0.0})
+    with pytest.raises(ValueError, match="calibration factors are 'gemm'"):
+        cost.CostModel({"quicksort": 2.0})

@@ -35,7 +35,7 @@ from service.core.backward import BACKWARD_RETURNS, BackwardResult, BackwardTask
 from service.core.errors import InvalidInput
 from service.core.types import AttentionResult, AttentionTask
 from service.engines.base import public_reason
-from service.engines.cost import Cost, onnx_cost
+from service.engines.cost import REFERENCE, Cost, CostModel
 from service.engines.onnx_engine.backward import backward_result
 from service.engines.onnx_engine.feeds import graph_feeds
 from service.engines.onnx_engine.forward import forward_result
@@ -58,6 +58,7 @@ class OnnxEngine:
     ``disable``, ``basic``, ``extended``, ``all``. ``warmup``: run each graph once
     at start so the first request does not pay for lazy initialisation.
     ``memory_arena``: keep ONNX Runtime's CPU memory arena (off by default: see :func:`.sessions.open_sessions`).
+    ``cost_model``: prices its tasks (the data plane's; the reference machine's by default).
     """
 
     name = "onnx"
@@ -71,6 +72,7 @@ class OnnxEngine:
         graph_optimization_level: str = "all",
         warmup: bool = True,
         memory_arena: bool = False,
+        cost_model: CostModel = REFERENCE,
     ) -> None:
         if graph_optimization_level not in OPTIMIZATION_LEVELS:
             raise ValueError(
@@ -84,6 +86,7 @@ class OnnxEngine:
         self.graph_optimization_level = graph_optimization_level
         self.warmup = warmup
         self.memory_arena = memory_arena
+        self.cost_model = cost_model
         self._lock = threading.Lock()
         self._state = "new"  # new -> starting -> ready | failed
         self._error: str | None = None  # why start-up failed, fit for clients (no path, no hash)
@@ -236,7 +239,7 @@ class OnnxEngine:
         if graph is None:
             return None
         inputs = task.inputs
-        return onnx_cost(
+        return self.cost_model.onnx_cost(
             graph,
             check_dims(inputs.query.shape, inputs.key.shape, inputs.value.shape),
             dtype=np.dtype(task.dtype).name,
@@ -277,7 +280,7 @@ class OnnxEngine:
         wanted = ["output"] + (["weights"] if fetch_weights else []) + (["scores"] if task.need_scores else [])
         fetched = dict(zip(wanted, self._sessions[name].run(wanted, feeds), strict=True))
         # The graph and dims are known here: no second graph lookup and shape check through self.cost.
-        peak = onnx_cost(
+        peak = self.cost_model.onnx_cost(
             name,
             dims,
             dtype=dtype.name,
