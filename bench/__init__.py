@@ -5,7 +5,9 @@
   common options (``--quick``, ``--repeats``, ``--rounds``, ``--duration``, ``--clients``, ``--json``);
 - ``machine``: the header: CPU, clock, BLAS library and kernel, versions, load average;
 - ``bench_*``, ``load_test``: the benchmarks, one module each (bench/README.md lists them);
-- ``timing``, ``ports``, ``asgi``, ``http_cases``, ``http_report``: what they share;
+- ``timing``, ``ports``, ``asgi``, ``http_cases``, ``http_report``, ``peers_mlserver``, ``peers_report``: what they
+  share or hold for one benchmark;
+- ``peers_runtime``: the MLServer runtime of ``peers``, imported by MLServer in its own venv, never here;
 - ``http_bare_app``, ``http_edge_floor``, ``load_grpc``: processes a benchmark starts (servers, a load driver).
 
 Modules import one another as ``bench.x`` and run from the repository's root (``python -m``): nothing edits

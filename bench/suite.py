@@ -93,6 +93,13 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "test extras",
     ),
     Benchmark(
+        "peers",
+        "bench.bench_peers",
+        "ours beside MLServer 1.7 in one run: /v2 JSON, binary, gRPC, tiny and medium (wrk)",
+        "docs/benchmarks/peers.md",
+        "test extras; build/mlserver-venv, made on first run",
+    ),
+    Benchmark(
         "sample",
         "bench.bench_sample",
         "/v1/sample: the sampling core against full sorts, in process and over HTTP",
@@ -140,6 +147,9 @@ HELPERS: Mapping[str, str] = {
     "bench.http_report": "http's tables",
     "bench.http_bare_app": "http's floor server: a bare FastAPI app and the bare maths",
     "bench.http_edge_floor": "http's edge floor server: the service's edge, bare maths as the job",
+    "bench.peers_mlserver": "peers' MLServer: its venv under build/ (made on the first run), versions, model folder",
+    "bench.peers_report": "peers' rows and tables",
+    "bench.peers_runtime": "peers' MLServer runtime (numpy attention), loaded by MLServer in its own venv only",
     "bench.load_grpc": "load's gRPC driver, a process of its own (python -m bench.load_grpc --target HOST:PORT)",
 }
 """Every module of ``bench/`` that is not a benchmark, and what it is (``tests/bench`` checks none is left out)."""
