@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 
 from service.dataplane import DataPlane
+from service.dataplane.heap import freeze_startup_heap
 from service.dataplane.models import MODELS
-from service.dataplane.runtime import Runtime, freeze_startup_heap
+from service.dataplane.runtime import Runtime
 from service.engines.base import Engine
 from service.engines.cost import CostModel
 from service.engines.numpy_engine import NumpyEngine
@@ -131,6 +132,7 @@ def create_app(
             if grpc_server is not None:
                 await (stopping[0] if stopping else grpc_server.stop(settings.shutdown_grace_s))
             runtime.close_engines()
+            plane.trimmer.close()
             metrics.close()  # a stopping worker removes its live gauges (multiprocess mode)
 
     return build_app(plane, metrics, lifespan, tracer_provider)

@@ -15,7 +15,7 @@ SCRIPT = textwrap.dedent(
     import gc, json, sys, threading
     from fastapi.testclient import TestClient
     from service.app import create_app
-    from service.dataplane.runtime import freeze_startup_heap
+    from service.dataplane.heap import freeze_startup_heap
     from service.settings import Settings
 
     before = gc.get_freeze_count()

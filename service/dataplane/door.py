@@ -17,7 +17,7 @@ deadline), hands the door a :class:`Call` and awaits the answer in its own wire 
    slot; there the front end's codec decodes the bytes (a large body is parsed in the worker), the operation
    runs, and the codec encodes its answer;
 6. **the end**, whatever the answer: the admission place and the lease given back, the C heap's free memory given
-   back after a large body (:func:`~.memory.release_after`).
+   back after a large body (the plane's :class:`~.heap.HeapTrimmer`).
 
 Refusals are counted through the plane's observer. Which requests pass the door, alike on both protocols: the
 operations that hold a body and compute (REST ``POST /v1/...`` and ``POST /v2/models/{name}[/versions/1]/infer``,
@@ -38,7 +38,8 @@ from typing import Generic, Protocol, TypeVar
 from service.dataplane.admission import Admission, Overloaded
 from service.dataplane.context import NOT_READY_RETRY_AFTER_S, Context
 from service.dataplane.errors import Kind, ServiceError, unavailable
-from service.dataplane.memory import BudgetShare, MemoryLease, release_after
+from service.dataplane.heap import HeapTrimmer
+from service.dataplane.memory import BudgetShare, MemoryLease
 from service.dataplane.models import Model
 from service.dataplane.runtime import Runtime
 from service.dataplane.scheduling import Job, Scheduler, SchedulerObserver
@@ -112,6 +113,7 @@ class Door:
         context: Context,
         runtime: Runtime,
         statistics: InferenceStatistics,
+        trimmer: HeapTrimmer,
         debug_delay_s: float = 0.0,
         observer: DoorObserver | None = None,
     ) -> None:
@@ -121,6 +123,7 @@ class Door:
         self.context = context
         self.runtime = runtime
         self.statistics = statistics
+        self.trimmer = trimmer
         self.debug_delay_s = debug_delay_s
         self.observer = observer
 
@@ -166,7 +169,7 @@ class Door:
             return await self._run(call, operation, raw, lease)
         finally:
             self.admission.leave()
-            release_after(lease.held)  # the body is freed: the heap is trimmed if it was large
+            self.trimmer.release_after(lease.held)  # the body is freed: the heap is trimmed if it was large
             lease.release()
 
     def ready(self, operation: object) -> None:

@@ -1,5 +1,4 @@
-"""A process-wide budget of estimated bytes in flight, the per-request lease that holds part of it, and the
-C heap's free memory given back after large requests.
+"""A data plane's budget of estimated bytes in flight, and the per-request lease that holds part of it.
 
 Every request's CPU work runs under a :class:`MemoryLease` (the scheduler opens one and closes it when
 the work is done). The work reserves its estimate on the lease before anything large is allocated: at
@@ -11,21 +10,13 @@ A front end that holds request bodies while they wait (REST reads a body before 
 slot) reserves them too, when it admits the request, through a :class:`BudgetShare`: on the same budget,
 without waiting, and within a share of it, so that bodies waiting for a slot never take all the room the
 work in progress needs. It tells the scheduler how much of the body is already held, so the bytes are
-reserved once.
-
-:func:`release_after` gives the C heap's free memory back to the operating system after a request that
-held a large body ends, whatever its answer (glibc keeps freed blocks below its mmap threshold, up to
-32 MiB each, in the heap: eight refused 30 MB uploads left a worker at 800 MB), and after any requests
-once the process has been quiet for a second (:class:`HeapTrimmer`).
+reserved once. When a request ends, what it freed goes back to the operating system (:mod:`.heap`).
 """
 
 from __future__ import annotations
 
-import gc
-import logging
 import threading
 import time
-from collections.abc import Callable
 
 from service.dataplane.errors import too_large, unavailable
 
@@ -182,108 +173,3 @@ class MemoryLease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-TRIM_AFTER_BODY_BYTES = 4 << 20
-"""A request whose body (on the wire or inflated) reached this size has its freed memory given back when it ends."""
-TRIM_INTERVAL_S = 1.0
-"""At most one trim per this many seconds (each walks the heap: a few milliseconds of one core)."""
-TRIM_IDLE_S = 1.0
-"""After this long with no request ending, the free heap that the requests before left is given back."""
-
-_trim_logger = logging.getLogger("service")
-
-
-class HeapTrimmer:
-    """Runs ``release`` (``malloc_trim``) in a thread of its own: soon when asked (:meth:`request`), at most once
-    per ``interval_s``, requests made while one is pending merged into it; and once the process has been quiet
-    for ``idle_s`` after requests ended (:meth:`ended`).
-
-    Under load, glibc keeps the heap's free memory: many requests at once raise its high-water mark, and
-    fragmentation keeps most of it from going back (on a 60 s load test RSS rose in steps from 188 to 240
-    MiB while the Python objects traced did not grow). Trimming under load stalls the threads that allocate
-    meanwhile (one trim took up to 20 ms), so the quiet moment after it is when that memory goes back.
-    """
-
-    def __init__(
-        self, release: Callable[[], None], interval_s: float = TRIM_INTERVAL_S, idle_s: float = TRIM_IDLE_S
-    ) -> None:
-        self._release = release
-        self._interval_s = interval_s
-        self._idle_s = idle_s
-        self._wanted = threading.Event()
-        self._soon = False
-        self._idle_pending = False
-        self._last_end = 0.0
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self.trims = 0
-
-    def request(self) -> None:
-        """Ask for a trim soon (never blocks)."""
-        self._soon = True
-        self._wake()
-
-    def ended(self) -> None:
-        """A request ended: trim once no other one has ended for ``idle_s`` (never blocks; a clock read and a
-        flag while one is already pending).
-        """
-        self._last_end = time.monotonic()
-        if not self._idle_pending:
-            self._idle_pending = True
-            self._wake()
-
-    def _wake(self) -> None:
-        self._wanted.set()
-        if self._thread is None:
-            with self._lock:
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._run, name="heap-trim", daemon=True)
-                    self._thread.start()
-
-    def _run(self) -> None:
-        last = 0.0
-        while True:
-            self._wanted.wait()
-            self._wanted.clear()
-            if not self._soon:  # after requests ended: wait for a quiet moment (a request asking meanwhile goes first)
-                while not self._soon and (quiet := self._last_end + self._idle_s - time.monotonic()) > 0:
-                    self._wanted.wait(quiet)
-                    self._wanted.clear()
-            pause = last + self._interval_s - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-            self._wanted.clear()  # what asked during the pause is served by this trim
-            self._soon = False
-            self._idle_pending = False  # a request ending from here on asks for the next idle trim
-            try:
-                self._release()
-            except Exception:  # never let a trim end the thread
-                _trim_logger.exception("giving the C heap's free memory back failed")
-            self.trims += 1
-            last = time.monotonic()
-
-
-def _release_free_heap() -> None:
-    """Collect garbage, then trim the C heap. A request that ended in an error can leave its body in a reference
-    cycle (the exception's traceback holds the frames that hold the body): a collection frees it first (it walks
-    only what was allocated since the start-up heap was frozen, ``ATTN_GC_FREEZE``).
-    """
-    from service.engines.onnx_engine.heap import release_free_heap  # glibc malloc_trim(0); a no-op elsewhere
-
-    gc.collect()
-    release_free_heap()
-
-
-HEAP_TRIMMER = HeapTrimmer(_release_free_heap)
-"""The process's trimmer (the C heap is the process's)."""
-
-
-def release_after(nbytes: int) -> None:
-    """A request that held ``nbytes`` of body has ended: trim the heap soon when that was large, and in any case
-    once the process is quiet (:meth:`HeapTrimmer.ended`).
-    """
-    if nbytes >= TRIM_AFTER_BODY_BYTES:
-        HEAP_TRIMMER.request()
-    else:
-        HEAP_TRIMMER.ended()

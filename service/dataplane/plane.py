@@ -14,6 +14,7 @@ from service.dataplane.admission import Admission
 from service.dataplane.auth import ApiKeys
 from service.dataplane.context import Context, EngineObserver
 from service.dataplane.door import Door
+from service.dataplane.heap import HeapTrimmer, release_free_heap
 from service.dataplane.memory import MemoryBudget
 from service.dataplane.runtime import Runtime
 from service.dataplane.scheduling import Scheduler, SchedulerObserver
@@ -75,6 +76,8 @@ class DataPlane:
             inline_max_work_flops=s.inline_max_work_flops,
             observer=observer,
         )
+        self.trimmer = HeapTrimmer(release_free_heap)
+        """Gives the C heap's free memory back after this plane's requests (its thread ends when the app stops)."""
         self.statistics = InferenceStatistics(observer)
         """The statistics extension: the inference requests of both front ends, counted in the observer's metrics."""
         self.door = Door(
@@ -84,6 +87,7 @@ class DataPlane:
             context=self.context,
             runtime=self.runtime,
             statistics=self.statistics,
+            trimmer=self.trimmer,
             debug_delay_s=s.debug_delay_s,
             observer=observer,
         )

@@ -1,4 +1,4 @@
-"""The engines of one process: their start-up (in a worker thread, beside the server) and readiness.
+"""The engines of one data plane: their start-up (in a worker thread, beside the server) and readiness.
 
 Readiness is one state that every probe reads alike (REST ``/readyz`` and ``/v2/health/ready``, gRPC
 ``ServerReady``, ``ModelReady`` and ``grpc.health.v1.Health``): ready once the engines' start-up is over and
@@ -10,7 +10,6 @@ happens, not at the next poll.
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -23,33 +22,10 @@ from service.settings import Settings
 
 logger = logging.getLogger("service")
 
-_heap_frozen = threading.Lock()
-"""Held for good by the first :func:`freeze_startup_heap` of the process."""
-
-
-def freeze_startup_heap() -> bool:
-    """Collect garbage, then move every tracked object into the permanent generation; once per process.
-
-    A full (generation 2) collection walks every container object alive, and a
-    started service holds some 70,000 of them (modules, FastAPI's routes and
-    schemas, the engines): about 20 ms of the event loop, seen as a pause by
-    every request in flight. After ``gc.freeze`` the collector ignores those
-    objects (https://docs.python.org/3/library/gc.html#gc.freeze), so a full
-    collection walks only what was created since. Objects alive at the freeze
-    that later become cyclic garbage are never freed, hence once per process,
-    after start-up. True when this call froze the heap.
-    """
-    if not _heap_frozen.acquire(blocking=False):
-        return False
-    gc.collect()
-    gc.freeze()
-    logger.debug("start-up heap frozen: %d objects", gc.get_freeze_count())
-    return True
-
 
 @dataclass
 class Runtime:
-    """The engines of one process and their start-up state."""
+    """The engines of one data plane and their start-up state."""
 
     settings: Settings
     engines: dict[str, Engine]

@@ -57,7 +57,7 @@ from service.dataplane.errors import (
     phrased,
     unavailable,
 )
-from service.dataplane.memory import release_after
+from service.dataplane.heap import HeapTrimmer
 from service.dataplane.models import MODELS
 from service.dataplane.runtime import Runtime
 from service.grpc.guard import INFERENCE, AtCap, CallClass, Caps, Message, MessageTimeout, Reading
@@ -147,6 +147,7 @@ class Calls:
         *,
         caps: Caps,
         runtime: Runtime,
+        trimmer: HeapTrimmer,
         needs_key: Callable[[str], bool] | None = None,
         retry_after_s: int = 1,
     ) -> None:
@@ -154,6 +155,8 @@ class Calls:
         self.metrics = metrics
         self.caps = caps
         self.runtime = runtime
+        self.trimmer = trimmer
+        """The data plane's: a call's message freed, the C heap is trimmed soon if it was large, else once quiet."""
         self.needs_key = needs_key or (lambda route: keys is not None)
         """Whether a call of a method (its full name) must present a key: the data plane's rule
         (:meth:`~service.dataplane.plane.DataPlane.needs_key`, ``ATTN_AUTH_EXEMPT_PATHS``), as for REST paths."""
@@ -188,7 +191,7 @@ class Calls:
                 return await self.serve(route, cls, work, context, lambda: model_label(message.value))
             finally:
                 if message.nbytes:  # the message is freed: trim soon if it was large, else once quiet
-                    release_after(message.nbytes)
+                    self.trimmer.release_after(message.nbytes)
 
         if streaming:
             return grpc.stream_stream_rpc_method_handler(

@@ -120,6 +120,7 @@ class GrpcServer:
             self.metrics,
             caps=caps,
             runtime=plane.runtime,
+            trimmer=plane.trimmer,
             needs_key=plane.needs_key,
             retry_after_s=settings.retry_after_s,
         )

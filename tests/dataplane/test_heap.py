@@ -1,5 +1,5 @@
 """When the heap trimmer gives the C heap's free memory back: soon after a large request, and once the process
-is quiet after ordinary ones, never while requests keep ending.
+is quiet after ordinary ones, never while requests keep ending; its thread ends when its app stops.
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from service.dataplane.memory import HeapTrimmer
+from service.dataplane.heap import TRIM_AFTER_BODY_BYTES, HeapTrimmer
 
 
 class Releases:
@@ -77,3 +77,30 @@ def test_ended_after_a_trim_asks_for_the_next_one() -> None:
     trimmer.ended()
     assert releases.event.wait(2.0)
     assert trimmer.trims == 2
+
+
+def test_a_large_body_asks_for_a_trim_and_a_small_one_waits_for_quiet() -> None:
+    releases = Releases()
+    trimmer = HeapTrimmer(releases, interval_s=0.0, idle_s=30.0)
+    trimmer.release_after(TRIM_AFTER_BODY_BYTES - 1)
+    time.sleep(0.05)
+    assert releases.times == []  # ordinary: once the process has been quiet for idle_s
+    trimmer.release_after(TRIM_AFTER_BODY_BYTES)
+    assert releases.event.wait(2.0)
+
+
+def test_close_ends_the_thread_and_a_later_request_starts_another() -> None:
+    releases = Releases()
+    trimmer = HeapTrimmer(releases, interval_s=0.0, idle_s=30.0)
+    before = set(threading.enumerate())
+    trimmer.request()
+    assert releases.event.wait(2.0)
+    (thread,) = [t for t in threading.enumerate() if t not in before and t.name == "heap-trim"]
+    trimmer.close()
+    thread.join(1.0)
+    assert not thread.is_alive() and trimmer.trims == 1
+    releases.event.clear()
+    trimmer.request()
+    assert releases.event.wait(2.0)
+    assert trimmer.trims == 2
+    trimmer.close()
