@@ -8,7 +8,8 @@
   and the connection limits;
 - ``codecs``: JSON bodies and the /v1 tensor wire forms;
 - ``bodies``: reading (and inflating) bodies, writing JSON;
-- ``errors``: problem+json and the protocol's error body, by kind of service error;
+- ``errors``: the front end's own refusals (HTTP-level, invalid bodies, validation errors as field errors);
+- ``error_responses``: problem+json and the protocol's error body, by kind of service error, and the handlers;
 - ``routing``: routes documented by FastAPI and served without per-request dependency solving;
 - ``docs``, ``examples``: the OpenAPI schema's extras and the offline /docs and /redoc pages;
 - ``tracing``: OpenTelemetry spans per request (``ATTN_TRACING``).

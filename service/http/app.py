@@ -22,7 +22,7 @@ from service.http import operations
 from service.http.bodies import GZipIfAccepted
 from service.http.docs import finish_openapi, install_docs, install_openapi
 from service.http.edge import install_edge
-from service.http.errors import install_error_handlers
+from service.http.error_responses import install_error_handlers
 from service.http.routing import RawRoute
 from service.http.tracing import install_tracing
 from service.http.v1 import attention as v1_attention

@@ -25,7 +25,7 @@ from starlette.responses import HTMLResponse
 from starlette.routing import BaseRoute
 
 from service.http import examples
-from service.http.errors import PROBLEM_TYPE_BASE, SLUGS, TITLES, V2_PREFIX
+from service.http.error_responses import PROBLEM_TYPE_BASE, SLUGS, TITLES, V2_PREFIX
 from service.http.v1.schemas import TENSOR_COMPONENTS
 
 HTTP_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})

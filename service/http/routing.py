@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Match, Route, request_response
 from starlette.types import Scope
 
-from service.http.errors import V2_ERRORS, v2_error
+from service.http.error_responses import V2_ERRORS, v2_error
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from service.core.errors import InvalidInput
 from service.http.codecs import jsonbody, jsonerrors, jsonfast, jsonscan
 from service.http.codecs import tensors as codecs
-from service.http.codecs.problems import Refused
+from service.http.errors import Refused
 
 FIELDS = ("query", "key", "value", "mask")
 
@@ -234,7 +234,7 @@ def test_the_byte_scan_names_the_problem_the_python_walk_names(value: list[Any],
     import simdjson
 
     from service.http.codecs.jsonscan import Analysis
-    from service.http.codecs.problems import find_problem
+    from service.http.codecs.nested_lists import find_problem
 
     analysis = Analysis(simdjson.Parser().parse(json.dumps(value).encode()).mini)
     want, got = find_problem(value, "query", expect), analysis.problem("query", expect)
@@ -321,7 +321,7 @@ def test_a_string_of_any_length_is_named_as_the_python_walk_names_it(text: str, 
     import simdjson
 
     from service.http.codecs.jsonscan import Analysis
-    from service.http.codecs.problems import find_problem
+    from service.http.codecs.nested_lists import find_problem
 
     value = [[1.0] * before + [text] + [1.0] * (3 - before)]
     analysis = Analysis(simdjson.Parser().parse(json.dumps(value, ensure_ascii=False).encode()).mini)

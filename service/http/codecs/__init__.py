@@ -5,5 +5,5 @@
 - ``jsonfast``: the quick check of an ordinary tensor array (rectangular numbers, few inner lists) instead;
 - ``jsonerrors``: where a body orjson refused holds a NaN, an infinity or a number beyond float64;
 - ``tensors``: the /v1 wire forms of a tensor (nested lists, flat data, base64) to and from arrays;
-- ``problems``: why nested lists are not a tensor, naming the first offending element.
+- ``nested_lists``: why nested lists are not a tensor, naming the first offending element.
 """

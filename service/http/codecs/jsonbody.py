@@ -29,7 +29,7 @@ faster there; both parsers give the same values.
 
 Looking a key up in a simdjson object scans the object, so an object's values are looked up only while it has
 no more keys than its reader knows (``fields``): 100,000 keys took 19 s when each was looked up. A /v1 body or
-tensor object with more keys is refused (:class:`~service.http.codecs.problems.Refused`, naming the first unknown
+tensor object with more keys is refused (:class:`~service.http.errors.Refused`, naming the first unknown
 ones) before any cost grows with their number; an inference request or input with more keeps its known keys only
 (the protocol ignores the others).
 
@@ -51,7 +51,8 @@ import simdjson
 from service.core.errors import InvalidInput
 from service.dataplane.errors import FieldError
 from service.http.codecs import jsonfast, jsonscan
-from service.http.codecs.problems import ArrayProblem, Expect, Refused
+from service.http.codecs.nested_lists import ArrayProblem, Expect
+from service.http.errors import Refused
 
 SIMDJSON_MIN_BYTES = 32 << 10
 """Bodies of at least this size are parsed with simdjson (below it orjson is as fast and simpler)."""

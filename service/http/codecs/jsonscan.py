@@ -8,7 +8,7 @@ the decoders need to know of one before taking its numbers is here, computed fro
   sit at the last level only, no string or object), and which scalars it holds (numbers, booleans, null; a number
   written with a fraction or an exponent);
 - :meth:`Analysis.problem`: otherwise, the first reason in document order why it is not a rectangular array of
-  what is expected, in the words and at the index :func:`~service.http.codecs.problems.find_problem` gives for
+  what is expected, in the words and at the index :func:`~service.http.codecs.nested_lists.find_problem` gives for
   the same value as Python lists.
 
 So an array of three million empty lists, or a ragged one of millions of numbers, costs a few passes over its
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from service.dataplane.tensors import index_text
-from service.http.codecs.problems import ArrayProblem, Expect, describe
+from service.http.codecs.nested_lists import ArrayProblem, Expect, describe
 
 OPEN, CLOSE, COMMA = ord("["), ord("]"), ord(",")
 _DELTA = np.zeros(256, dtype=np.int8)
@@ -176,7 +176,7 @@ class Analysis:
 
     def problem(self, label: str, expect: Expect) -> ArrayProblem | None:
         """The first reason, in document order, why the array is not a rectangular array of ``expect``, in the
-        words and at the index of :func:`~service.http.codecs.problems.find_problem` (None when it is one).
+        words and at the index of :func:`~service.http.codecs.nested_lists.find_problem` (None when it is one).
         """
         candidates: list[tuple[int, str]] = []
         structural = self._structural()

@@ -18,7 +18,7 @@ import pybase64  # SIMD base64, ~40x faster than the standard library on large t
 from service.core.errors import InvalidInput
 from service.dataplane.tensors import TensorLimits, check_shape, first_non_finite, index_text
 from service.http.codecs.jsonbody import JsonArray
-from service.http.codecs.problems import Expect, ambiguous_integer_mask, find_problem, numbers_only
+from service.http.codecs.nested_lists import Expect, ambiguous_integer_mask, find_problem, numbers_only
 
 WIRE_DTYPES: dict[str, np.dtype] = {
     "float32": np.dtype("<f4"),

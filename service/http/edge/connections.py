@@ -9,7 +9,7 @@ import functools
 import resource
 from dataclasses import dataclass
 
-from service.http.errors import PROBLEM_MEDIA_TYPE, PROBLEM_TYPE_BASE
+from service.http.error_responses import PROBLEM_MEDIA_TYPE, PROBLEM_TYPE_BASE
 
 FD_RESERVE = 128
 """File descriptors kept for the process itself (listening sockets, metrics files, engines, gRPC, threads)

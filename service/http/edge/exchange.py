@@ -15,7 +15,7 @@ from starlette.types import Message, Receive, Scope, Send
 from service.dataplane.auth import presented_key
 from service.http.edge.requests import NO_RESPONSE, OPERATIONAL_PATHS, REQUEST_ID_PATTERN, RouteTemplates, send_error
 from service.http.edge.security import API_CSP, DOCS_PATHS, SECURITY_HEADERS
-from service.http.errors import app_path
+from service.http.error_responses import app_path
 from service.observability.metrics import ServiceMetrics
 
 access_log = logging.getLogger("service.access")

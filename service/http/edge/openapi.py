@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from service.http.edge.requests import OPERATIONAL_PATHS
-from service.http.errors import is_v2
+from service.http.error_responses import is_v2
 from service.http.v1.schemas import Problem
 from service.settings import Settings
 

@@ -10,7 +10,7 @@ import re
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from service.http.errors import app_path, error_response
+from service.http.error_responses import app_path, error_response
 
 logger = logging.getLogger("service.errors")
 

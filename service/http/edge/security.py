@@ -9,7 +9,7 @@ from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import Receive, Scope, Send
 
-from service.http.errors import app_path, error_response
+from service.http.error_responses import app_path, error_response
 
 DOCS_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc"})
 """Swagger UI and ReDoc pages load scripts and styles, so they get no Content-Security-Policy."""

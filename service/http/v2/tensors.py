@@ -51,7 +51,7 @@ from service.dataplane.inference import (
 from service.dataplane.tensors import TensorLimits
 from service.http.bodies import JSON_OPTIONS, plain
 from service.http.codecs import jsonbody, jsonerrors
-from service.http.codecs.problems import Expect, find_problem, numbers_only
+from service.http.codecs.nested_lists import Expect, find_problem, numbers_only
 from service.http.v2.checks import check_fits, check_nesting
 
 HEADER_LENGTH = "inference-header-content-length"

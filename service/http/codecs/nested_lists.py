@@ -12,18 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from service.dataplane.errors import FieldError, Kind, ServiceError
 from service.dataplane.tensors import index_text
-
-
-class Refused(ServiceError):
-    """An invalid body refused before it costs what its size would let it (422 on /v1), counted in the metrics'
-    refusals under ``reason`` (one of :data:`service.observability.metrics.REJECT_REASONS`).
-    """
-
-    def __init__(self, reason: str, message: str, errors: list[FieldError]) -> None:
-        super().__init__(Kind.INVALID, message, errors=errors)
-        self.reason = reason
 
 
 def describe(value: Any) -> str:
