@@ -1,6 +1,6 @@
 """Errors raised by the core maths.
 
-They carry the location of the offending field so that the HTTP layer can
+They carry the location of the offending field so that the front ends can
 turn them into precise validation errors without knowing the maths, and, for
 numbers that do not fit, what would help as data (``remedies``), so that each
 front end can phrase the advice in its own terms (/v1's ``"precision":

@@ -92,8 +92,8 @@ def _log_probabilities(z: np.ndarray, kept: np.ndarray, axis: int, dtype: np.dty
     """log_softmax of ``z``, computed in float64 and rounded once to ``dtype``.
 
     ``-inf`` means "masked" on the wire (JSON ``null``), so an unmasked log-probability
-    that does not fit ``dtype`` (float32 logits [3e38, -3e38] give -6e38) is a 422, never a
-    silent ``-inf``.
+    that does not fit ``dtype`` (float32 logits [3e38, -3e38] give -6e38) is refused as invalid input,
+    never a silent ``-inf``.
     """
     logp64 = normalizers.log_softmax(z.astype(np.float64), axis=axis)
     with np.errstate(over="ignore"):

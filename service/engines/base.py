@@ -35,7 +35,7 @@ class Engine(Protocol):
     """An attention engine.
 
     ``unsupported_reason`` returns None when the engine can run the task, or a
-    sentence saying why not (shown to clients in 422 errors and in
+    sentence saying why not (shown to clients in invalid-input errors and in
     ``engine.reason``). ``run`` must honour docs/concepts/contract.md exactly, fully masked
     rows included.
     """

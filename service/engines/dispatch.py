@@ -5,8 +5,8 @@ the first engine that is ready and supports the task; the reason says why, e.g.
 ``auto: onnx graph softmax_fused_f32 supports this request`` or
 ``auto: onnx cannot run this request (<the ONNX engine's reason>); using numpy``.
 A named engine either runs the task or says why not:
-:class:`EngineUnavailable` (HTTP 422: the engine cannot serve this request, or
-is not enabled) or :class:`EngineNotReady` (HTTP 503: try again later).
+:class:`EngineUnavailable` (invalid input: the engine cannot serve this request,
+or is not enabled) or :class:`EngineNotReady` (not ready: try again later).
 
 The backward pass (:class:`~service.core.backward.BackwardTask`) is dispatched
 the same way, in the same order, among the engines that implement the optional
@@ -63,24 +63,23 @@ BACKWARD_ORDER_REASON = "numpy's chunked backward pass is faster than the ONNX b
 
 
 class EngineUnavailable(Exception):
-    """The requested engine cannot run this request; the message says why (HTTP 422)."""
+    """The requested engine cannot run this request; the message says why (invalid input)."""
 
 
 class EngineNotReady(Exception):
-    """The requested engine is not ready yet, or failed to start; the message says why (HTTP 503).
+    """The requested engine is not ready yet, or failed to start; the message says why (not ready).
 
-    ``headers``: ``Retry-After`` while the engine is starting; none once its start-up failed (it
-    stays unavailable until the process restarts, so retrying the same request cannot help).
+    ``failed``: its start-up failed, so it stays unavailable until the process restarts and retrying the
+    same request cannot help; else it is starting, and a retry later may succeed.
     """
 
     def __init__(self, message: str, *, failed: bool = False) -> None:
         super().__init__(message)
         self.failed = failed
-        self.headers: dict[str, str] | None = None if failed else {"Retry-After": "5"}
 
 
 class EngineOverBudget(Exception):
-    """The request is over a limit on the engine that would run it (or on every engine, under ``auto``) (HTTP 413)."""
+    """The request is over a limit on the engine that would run it (or on every engine, under ``auto``): too large."""
 
 
 Admit = Callable[[Engine, AttentionTask | BackwardTask], str | None]
@@ -280,8 +279,8 @@ class EngineDispatcher:
         from any engine. Any other failure of an engine under ``auto`` falls back
         to the next engine in order (logged with the traceback; the reason names
         the exception type only, no internals). A named engine's failure is a
-        server fault and propagates (the HTTP layer answers 500 and logs it with
-        the request id): blaming the client with a 4xx would be wrong.
+        server fault and propagates (the front ends answer an internal error and log
+        it with the request id): blaming the client would be wrong.
         """
         engine, choice = self.select(task, requested, admit)
         try:

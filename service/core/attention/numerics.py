@@ -28,7 +28,7 @@ class ScoreOverflow(NumericalError):
 
 
 def overflow_error(dtype: np.dtype | type, what: str = "the scores") -> ScoreOverflow:
-    """The 422 for a result that does not fit the compute dtype (never a silent dead row or a null)."""
+    """The invalid-input error of a result that does not fit the compute dtype (never a silent dead row or a null)."""
     name = np.dtype(dtype).name
     hint = "retry with precision float64 or smaller inputs" if name != "float64" else "use smaller inputs"
     return ScoreOverflow(
@@ -39,8 +39,8 @@ def overflow_error(dtype: np.dtype | type, what: str = "the scores") -> ScoreOve
 
 
 def output_overflow_error(dtype: np.dtype | type) -> NumericalError:
-    """The 422 for an output that overflows although its scores and weights are finite: the weights sum to 1
-    (to rounding), so only values within a few ulps of the dtype's largest can give one.
+    """The invalid-input error of an output that overflows although its scores and weights are finite: the weights
+    sum to 1 (to rounding), so only values within a few ulps of the dtype's largest can give one.
     """
     name = np.dtype(dtype).name
     return not_finite_error(
@@ -51,7 +51,9 @@ def output_overflow_error(dtype: np.dtype | type) -> NumericalError:
 
 
 def not_finite_error(what: str, dtype: np.dtype | type, extra: str = "") -> NumericalError:
-    """The 422 for a gradient (or an output) that is not finite: float64 where it would help, else smaller inputs."""
+    """The invalid-input error of a gradient (or an output) that is not finite: float64 where it would help, else
+    smaller inputs.
+    """
     name = np.dtype(dtype).name
     hint = "retry with precision float64 or smaller inputs" if name != "float64" else "use smaller inputs"
     return NumericalError(f"{what}{extra}; {hint}", remedies=wider_remedies(name, "smaller_inputs"))

@@ -2,8 +2,8 @@
 
 The graph gives the gradients of Q, K and V, the weights, the scores and their gradient ``dZ``; the mask,
 scale and temperature gradients and the gradient health are derived from those by the formulas of
-:func:`service.core.backward.run_backward`, and the contract is checked on the way out (overflow is a
-422 as on numpy, fully masked rows are zero whatever the runtime did).
+:func:`service.core.backward.run_backward`, and the contract is checked on the way out (overflow is
+invalid input as on numpy, fully masked rows are zero whatever the runtime did).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def backward_result(
     lead = fwd.inputs.query.shape[:-1]
     mask = fwd.inputs.mask
     want = task.want
-    # Overflow is a 422 on both engines alike, never a silent dead row.
+    # Overflow is invalid input on both engines alike, never a silent dead row.
     check_scores_finite(got["scores"], keep, dtype)
     check_live_rows(got["weights"].sum(axis=-1) == 0, valid_keys, dtype)
     empty = valid_keys == 0

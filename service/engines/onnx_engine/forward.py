@@ -1,7 +1,7 @@
 """The forward graph's outputs turned into an :class:`~service.core.types.AttentionResult`, the contract checked.
 
-Overflow is a 422 on both engines alike (never a silent dead row or a null score), and fully masked
-rows are all zeros whatever the runtime did.
+Overflow is invalid input on both engines alike (never a silent dead row or a null score), and fully
+masked rows are all zeros whatever the runtime did.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def forward_result(
     weights = fetched.get("weights")
     scores = fetched.get("scores")
 
-    # Overflow is a 422 on both engines alike, never a silent dead row or a null score.
+    # Overflow is invalid input on both engines alike, never a silent dead row or a null score.
     if scores is not None:
         check_scores_finite(scores, keep, dtype)
     if weights is not None and not relu:  # a live row's weights sum to 1; relu rows may be all 0

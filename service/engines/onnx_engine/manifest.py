@@ -27,8 +27,8 @@ def verify_models(models_dir: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
 
     Returns (manifest, {graph name: file bytes}); raises :class:`ModelCheckError`
     naming the first file that is missing or whose hash differs. The messages
-    name files relative to the models directory: they reach HTTP bodies (503),
-    which must not show the server's file system (the log line names the folder).
+    name files relative to the models directory: they reach clients' answers (not
+    ready), which must not show the server's file system (the log line names the folder).
     """
     manifest_path = models_dir / MANIFEST_NAME
     try:
