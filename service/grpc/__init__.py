@@ -3,8 +3,11 @@
 Layout:
 
 - ``server``: :class:`~service.grpc.server.GrpcServer`, the server with health checking and reflection;
-- ``service``: the servicer's six calls;
+- ``service``: the servicer's calls, the protocol's six and Triton's ``ModelStatistics``;
 - ``calls``: what every call goes through (API key, request id, status, metrics, access log);
+- ``guard``: what a call passes before its message is read (its class's cap), and its message read under a
+  deadline;
+- ``health``: ``grpc.health.v1.Health`` and server reflection;
 - ``codecs``: protobuf messages to and from the data plane's decoded requests and results;
 - ``codegen``: regenerates ``generated/`` from ``protos/inference.proto``;
 - ``generated``: the protobuf and gRPC stubs (committed, checked by a test);
