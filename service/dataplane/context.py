@@ -59,8 +59,9 @@ class Context:
         dispatcher: EngineDispatcher,
         observer: EngineObserver | None = None,
         *,
-        costs: CostModel,
+        costs: CostModel | None = None,
     ) -> Context:
+        """The context of ``settings``; ``costs``: its plane's cost model (default: the settings' calibration)."""
         s = settings
         return cls(
             dispatcher=dispatcher,
@@ -69,7 +70,7 @@ class Context:
                 max_response_bytes=s.max_response_bytes,
                 max_memory_bytes=s.memory_budget_bytes,
             ),
-            costs=costs,
+            costs=costs if costs is not None else CostModel(s.cost_factors()),
             limits=TensorLimits(max_rank=s.max_rank, max_dim=s.max_dim, max_elements=s.max_tensor_elements),
             logits_limits=TensorLimits(
                 max_rank=2, max_dim=max(s.max_dim, s.max_vocab), max_elements=s.max_tensor_elements
