@@ -56,14 +56,6 @@ def caps(n: int) -> dict[str, float]:
     return {"/v1/attention": 2 * forward, "/v1/attention/backward": 2 * backward}
 
 
-@pytest.fixture(autouse=True)
-def operations_costs_kept() -> Iterator[None]:
-    """The estimates' interim model (the plane built last) is left as the test found it, for the tests after."""
-    before = budget.operations_costs()
-    yield
-    budget.use_operations_costs(before)
-
-
 @pytest.fixture
 def clients() -> Iterator[tuple[TestClient, TestClient]]:
     """A small app (work cap 1e8, memory budget 4 MiB, sparsemax priced 4x) and a default one, both serving."""
@@ -120,20 +112,13 @@ def test_each_apps_engines_price_with_its_own_calibration() -> None:
     assert plain.context.costs.numpy_cost(dims, normalizer="sparsemax", **options) == fast
 
 
-NOT_YET = pytest.mark.xfail(
-    strict=True,
-    reason="the operations (dataplane/attention.py, backward.py, logits.py, analysis.py) do not pass their "
-    "context's cost model to the budget estimates yet: those price with the plane built last",
-)
-
-
 @pytest.mark.parametrize(
     ("path", "pinned_first"),
     [
         ("/v1/attention", True),  # the engine's own estimate, the pinned app's, refuses it
-        pytest.param("/v1/attention", False, marks=NOT_YET),
-        pytest.param("/v1/attention/backward", True, marks=NOT_YET),
-        pytest.param("/v1/attention/backward", False, marks=NOT_YET),
+        ("/v1/attention", False),
+        ("/v1/attention/backward", True),
+        ("/v1/attention/backward", False),
     ],
 )
 def test_each_app_prices_requests_by_its_own_calibration(path: str, pinned_first: bool) -> None:

@@ -131,7 +131,9 @@ def analysis(
     points = sweep_points(head_dims, options.scales, options.temperatures)
     per_dim = len(points) // len(head_dims)
     dims = Dims(B=B, Hq=H, Hkv=Hkv, L=L, S=S, E=max(head_dims), Ev=max(head_dims))
-    flops, size = budget.analyze_estimate(dims, head_dims, per_dim, options.normalizer, options.alpha, drawn)
+    flops, size = budget.analyze_estimate(
+        dims, head_dims, per_dim, options.normalizer, options.alpha, drawn, costs=ctx.costs
+    )
     memory = budget.analyze_memory(dims, head_dims, size)
     budget.enforce(ctx.budget, flops, size, memory)
     timing.phase("decode")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from service.dataplane.scheduling import Job
 from service.dataplane.tensors import finite_as, float_mask_as
 from service.dataplane.timing import Timing
 from service.engines.base import Engine, EngineChoice, costed
+from service.engines.cost import CostModel
 from service.engines.dispatch import Admit
 
 ROW_KEYS = ("entropy", "normalized_entropy", "max_weight", "argmax", "effective_support", "zeros", "attention_distance")
@@ -33,7 +34,23 @@ ROW_KEYS = ("entropy", "normalized_entropy", "max_weight", "argmax", "effective_
 TIMING_ORDER = ("decode", "compute", "encode", "diagnostics")
 """The phases of ``timing_ms``, in the order the answers list them."""
 
-Estimate = Callable[[Dims, str, Collection[str], str, str, float | None], tuple[float, int]]
+
+class Estimate(Protocol):
+    """(flops, response bytes) of a request, priced by a cost model (the forward's or the backward's estimate)."""
+
+    def __call__(
+        self,
+        dims: Dims,
+        normalizer: str,
+        returned: Collection[str],
+        precision: str,
+        encoding: str,
+        alpha: float | None = None,
+        *,
+        costs: CostModel | None = None,
+    ) -> tuple[float, int]: ...
+
+
 Memory = Callable[[Dims, Collection[str], str, int], int]
 
 
@@ -94,7 +111,7 @@ def checked_task(
     )
     check_alpha(options.normalizer, options.alpha)
     check_params(params)
-    flops, size = estimate(dims, options.normalizer, returned, precision, encoding, options.alpha)
+    flops, size = estimate(dims, options.normalizer, returned, precision, encoding, options.alpha, costs=ctx.costs)
     reason = budget.check(ctx.budget, flops, size, None if memory is None else memory(dims, returned, precision, size))
     if reason is not None:
         raise too_large(reason)

@@ -8,8 +8,8 @@ request over any limit (``TOO_LARGE``). The scheduler then reserves the memory e
 request's lease of the process-wide budget (:mod:`service.dataplane.memory`).
 
 The work is priced by the data plane's cost model (:class:`~service.engines.cost.CostModel`, with this machine's
-calibration factors), given as ``costs``. Until every operation passes its context's model, an estimate without
-one prices with :func:`operations_costs`, the model of the data plane built last in the process.
+calibration factors), given as ``costs``: every operation passes its context's (its data plane's); an estimate
+given none prices with the reference machine's model.
 """
 
 from __future__ import annotations
@@ -28,18 +28,10 @@ from service.engines.cost import CostModel
 # needs at most 9 significant digits, float64 17 (IEEE 754 shortest round trip).
 JSON_BYTES_PER_NUMBER = {"float32": 16, "float64": 25}
 
-_operations_costs = cost.REFERENCE
-
-
-def use_operations_costs(costs: CostModel) -> None:
-    """Price the estimates that are given no model with ``costs`` (a data plane's, as it is built)."""
-    global _operations_costs
-    _operations_costs = costs
-
 
 def operations_costs(costs: CostModel | None = None) -> CostModel:
-    """``costs``, or the model of the estimates given none (:func:`use_operations_costs`)."""
-    return costs if costs is not None else _operations_costs
+    """``costs`` (an operation passes its context's), or the reference machine's model for an estimate given none."""
+    return costs if costs is not None else cost.REFERENCE
 
 
 DIAGNOSTICS_NS_PER_SCORE = 8.0

@@ -52,7 +52,7 @@ def softmax(
     mask = float_mask_as(mask, dtype)
     check_alpha(options.normalizer, options.alpha)
     flops, size = budget.softmax_estimate(
-        logits.shape, options.axis, options.normalizer, options.log, precision, encoding, options.alpha
+        logits.shape, options.axis, options.normalizer, options.log, precision, encoding, options.alpha, costs=ctx.costs
     )
     memory = budget.softmax_memory(logits.shape, options.log, precision, size)
     budget.enforce(ctx.budget, flops, size, memory)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from service.dataplane import budget
 from service.dataplane.admission import Admission
 from service.dataplane.auth import ApiKeys
 from service.dataplane.context import Context, EngineObserver
@@ -48,7 +47,6 @@ class DataPlane:
         self.costs = costs if costs is not None else CostModel(s.cost_factors())
         """The cost model of this plane's operations (``ATTN_COST_CALIBRATION``); its engines price with it too when
         they were built with it (:func:`service.app.default_engines`)."""
-        budget.use_operations_costs(self.costs)  # until every operation passes its context's model
         self.runtime = Runtime(settings=settings, engines=dict(engines))
         self.dispatcher = EngineDispatcher(
             self.runtime.engines,
