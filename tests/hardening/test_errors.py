@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from tests.http.conftest import assert_problem
 from tests.hardening.conftest import ATTENTION, BrokenEngine, client_for, metric_value, settings
+from tests.http.conftest import assert_problem
 
 
 def test_unknown_path_and_wrong_method_are_problems() -> None:

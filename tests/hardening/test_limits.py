@@ -11,7 +11,6 @@ import pytest
 
 from service.app import create_app
 from service.dataplane.admission import AdmissionGate, Overloaded
-from tests.http.conftest import assert_problem
 from tests.hardening.conftest import (
     ATTENTION,
     SOFTMAX,
@@ -22,6 +21,7 @@ from tests.hardening.conftest import (
     metric_value,
     settings,
 )
+from tests.http.conftest import assert_problem
 
 # -- body size ---------------------------------------------------------------------------------------------------
 
@@ -161,7 +161,8 @@ def test_deadline_answers_504_while_the_work_goes_on_and_keeps_its_slot() -> Non
 
 def test_deadline_on_v2_keeps_the_protocol_error_body() -> None:
     with client_for(request_timeout_s=0.2, queue_timeout_s=0.1, debug_delay_s=0.5) as c:
-        r = c.get("/v2/models/attention")
+        logits = {"name": "logits", "shape": [2], "datatype": "FP64", "data": [1.0, 2.0]}
+        r = c.post("/v2/models/softmax/infer", json={"inputs": [logits]})  # the debug delay is inference's
         assert r.status_code == 504 and set(r.json()) == {"error"}
         time.sleep(0.4)  # let the delayed request end inside the client's event loop
 
@@ -220,9 +221,11 @@ def test_backpressure_on_v2_keeps_the_protocol_error_body() -> None:
     with client_for(engine, max_concurrent_requests=1, max_queued_requests=0) as c, ThreadPoolExecutor(1) as pool:
         first = pool.submit(c.post, "/v1/attention", json=ATTENTION)
         assert engine.started.acquire(timeout=5)
-        r = c.get("/v2/models/attention")
+        logits = {"name": "logits", "shape": [2], "datatype": "FP64", "data": [1.0, 2.0]}
+        r = c.post("/v2/models/softmax/infer", json={"inputs": [logits]})
         assert r.status_code == 503 and set(r.json()) == {"error"} and r.headers["retry-after"] == "1"
         assert c.get("/v2/health/live").status_code != 503  # an exempt probe is never refused for load
+        assert c.get("/v2/models/attention").status_code == 200  # nor metadata: only inference is admitted
         engine.release.set()
         assert first.result(10).status_code == 200
 

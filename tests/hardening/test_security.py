@@ -11,8 +11,8 @@ from pydantic import ValidationError
 
 from service.dataplane.auth import ApiKeys
 from service.settings import Settings
-from tests.http.conftest import assert_problem
 from tests.hardening.conftest import SOFTMAX, BrokenEngine, client_for, metric_value
+from tests.http.conftest import assert_problem
 
 KEY_A = "a" * 8 + "-test-key-0001"
 KEY_B = "b" * 8 + "-test-key-0002"

@@ -7,8 +7,8 @@ import base64
 import numpy as np
 import pytest
 
-from tests.http.conftest import assert_problem
 from tests.golden import load, tolerance
+from tests.http.conftest import assert_problem
 
 
 def flat(x, dtype: str = "float64") -> dict:

@@ -14,9 +14,9 @@ from service.core.backward import BackwardTask, run_backward
 from service.core.types import AttentionInputs, AttentionParams, AttentionTask
 from service.dataplane import budget
 from service.settings import Settings
+from tests.golden import load, tolerance
 from tests.http.conftest import assert_problem
 from tests.http.test_attention_http import b64, decode, flat
-from tests.golden import load, tolerance
 
 GRADS = ("grad_query", "grad_key", "grad_value")
 

@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.settings import Settings
-from tests.http.conftest import assert_problem
 from tests.hardening.conftest import metric_value
+from tests.http.conftest import assert_problem
 
 VICTIM = "softmax_fused_nomask_f32.onnx"
 ATTENTION = {"query": [[1.0, 0.0]], "key": [[1.0, 0.0], [0.0, 1.0]], "value": [[1.0], [2.0]]}
