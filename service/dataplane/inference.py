@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from service.dataplane.errors import ServiceError, invalid
+from service.dataplane.errors import invalid
 from service.dataplane.tensors import TensorLimits, check_shape
 
 DATATYPES: dict[str, np.dtype] = {
@@ -46,11 +46,6 @@ PROTOCOL_PARAMETERS = frozenset(
     {"binary_data_output", "timeout", "priority", "sequence_id", "sequence_start", "sequence_end"}
 )
 """Request parameters of the protocol and of Triton's clients that carry no meaning here."""
-
-
-def bad(message: str) -> ServiceError:
-    """The request does not follow the protocol, or names something the model does not have."""
-    return invalid(message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,16 +105,16 @@ def input_spec(model: str, specs: Mapping[str, TensorSpec], name: str, seen: Ite
     """The spec of the input ``name``: refused when the model has no such input or it came twice."""
     spec = specs.get(name)
     if spec is None:
-        raise bad(f"model {model!r} has no input {name!r}; its inputs are {', '.join(specs)}")
+        raise invalid(f"model {model!r} has no input {name!r}; its inputs are {', '.join(specs)}")
     if name in seen:
-        raise bad(f"input {name!r} is given twice")
+        raise invalid(f"input {name!r} is given twice")
     return spec
 
 
 def input_dtype(spec: TensorSpec, datatype: object) -> np.dtype:
     """The numpy dtype of an input sent as ``datatype``: refused when the model does not take it there."""
     if not isinstance(datatype, str) or datatype not in spec.datatypes:
-        raise bad(f"input {spec.name!r} has datatype {datatype!r}; it takes {' or '.join(spec.datatypes)}")
+        raise invalid(f"input {spec.name!r} has datatype {datatype!r}; it takes {' or '.join(spec.datatypes)}")
     return DATATYPES[datatype]
 
 
@@ -127,7 +122,9 @@ def check_input_shape(spec: TensorSpec, shape: tuple[int, ...], limits: TensorLi
     """Refuse an input shape outside the model's ranks or the limits."""
     if spec.max_rank == 1:  # a vector (key_lengths): one size limit
         if len(shape) != 1 or not 1 <= shape[0] <= limits.max_dim:
-            raise bad(f"input {spec.name!r} must be a vector of 1 to {limits.max_dim} values, got shape {list(shape)}")
+            raise invalid(
+                f"input {spec.name!r} must be a vector of 1 to {limits.max_dim} values, got shape {list(shape)}"
+            )
         return
     check_shape(shape, spec.name, limits, spec.min_rank)
 
@@ -137,24 +134,24 @@ def check_complete(model: str, specs: Sequence[TensorSpec], given: Iterable[str]
     present = set(given)
     missing = [s.name for s in specs if not s.optional and s.name not in present]
     if missing:
-        raise bad(f"model {model!r} needs input {', '.join(repr(m) for m in missing)}")
+        raise invalid(f"model {model!r} needs input {', '.join(repr(m) for m in missing)}")
 
 
 def check_output(model: str, known: Sequence[str], requested: Iterable[str], name: str) -> None:
     """Refuse an output the model does not have, or one asked for twice."""
     if name not in known:
-        raise bad(f"model {model!r} has no output {name!r}; its outputs are {', '.join(known)}")
+        raise invalid(f"model {model!r} has no output {name!r}; its outputs are {', '.join(known)}")
     if name in requested:
-        raise bad(f"output {name!r} is requested twice")
+        raise invalid(f"output {name!r} is requested twice")
 
 
 def output_as_binary(name: str, params: Mapping[str, Any], binary_default: bool) -> bool:
     """Whether the output ``name`` goes back as binary (raw), from its parameters."""
     if params.get("classification"):
-        raise bad(f"output {name!r}: the classification extension is not supported")
+        raise invalid(f"output {name!r}: the classification extension is not supported")
     binary = params.get("binary_data", binary_default)
     if not isinstance(binary, bool):
-        raise bad(f"output {name!r}: parameters.binary_data must be true or false")
+        raise invalid(f"output {name!r}: parameters.binary_data must be true or false")
     return binary
 
 
@@ -162,4 +159,4 @@ def refuse_shared_memory(params: Mapping[str, Any], where: str) -> None:
     """The shared memory extension is not supported: the data must come with the request."""
     for key in ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"):
         if key in params:
-            raise bad(f"{where}: the shared memory extension is not supported; send the data in the body")
+            raise invalid(f"{where}: the shared memory extension is not supported; send the data in the body")

@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 
 from service.dataplane.context import Context
+from service.dataplane.errors import invalid
 from service.dataplane.inference import (
     OUTPUT_DATATYPES,
     InferRequest,
     InferResult,
     TensorSpec,
-    bad,
     check_complete,
     check_input_shape,
     check_output,
@@ -74,13 +74,13 @@ def set_parameter(param: pb.InferParameter, value: Any) -> None:
 def _raw(data: bytes, dtype: np.dtype, shape: tuple[int, ...], name: str) -> np.ndarray:
     expected = math.prod(shape) * dtype.itemsize
     if len(data) != expected:
-        raise bad(
+        raise invalid(
             f"input {name!r}: raw_input_contents has {len(data)} bytes, but shape {list(shape)} needs {expected} bytes"
         )
     if dtype.kind == "b":
         ints = np.frombuffer(data, dtype=np.uint8)
         if (ints > 1).any():
-            raise bad(f"input {name!r}: BOOL bytes must be 0 or 1")
+            raise invalid(f"input {name!r}: BOOL bytes must be 0 or 1")
         return ints.view(bool).reshape(shape)
     arr = np.frombuffer(data, dtype=dtype).reshape(shape)
     return arr if arr.flags.aligned else arr.copy()
@@ -92,17 +92,17 @@ def _typed(
     name_field = CONTENTS_FIELD.get(datatype)
     count = math.prod(shape)
     if name_field is None:
-        raise bad(f"input {name!r}: datatype {datatype} has no typed contents; send it in raw_input_contents")
+        raise invalid(f"input {name!r}: datatype {datatype} has no typed contents; send it in raw_input_contents")
     values = getattr(contents, name_field)
     if len(values) != count:
-        raise bad(f"input {name!r}: {name_field} has {len(values)} values but shape {list(shape)} needs {count}")
+        raise invalid(f"input {name!r}: {name_field} has {len(values)} values but shape {list(shape)} needs {count}")
     if dtype.kind == "f":  # numbers stay float64 until the cast to the compute precision, as JSON data does
         return np.array(values, dtype=np.float64 if datatype == "FP64" else dtype).reshape(shape)
     info = np.iinfo(dtype) if dtype.kind in "iu" else None
     arr = np.array(values, dtype=np.int64 if info is not None and dtype.kind == "i" else None)
     if info is not None and arr.size and (arr.min() < info.min or arr.max() > info.max):
         i = int(np.argmax((arr < info.min) | (arr > info.max)))
-        raise bad(
+        raise invalid(
             f"input {name!r}: {name_field}[{i}] = {arr[i]} is out of range for {datatype} ({info.min} to {info.max})"
         )
     return arr.astype(dtype).reshape(shape)
@@ -122,11 +122,11 @@ def decode_request(
     refuse_shared_memory(params, "request")
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
-        raise bad(
+        raise invalid(
             f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs: one per input, in order"
         )
     if not request.inputs:
-        raise bad("inputs must be a non-empty list of input tensors")
+        raise invalid("inputs must be a non-empty list of input tensors")
     specs = {s.name: s for s in inputs}
     arrays: dict[str, np.ndarray] = {}
     datatypes: dict[str, str] = {}
@@ -136,12 +136,12 @@ def decode_request(
         dtype = input_dtype(spec, tensor.datatype)
         shape = tuple(tensor.shape)
         if any(d < 0 for d in shape):
-            raise bad(f"input {name!r}: shape must be a list of non-negative integers")
+            raise invalid(f"input {name!r}: shape must be a list of non-negative integers")
         check_input_shape(spec, shape, limits)
         refuse_shared_memory(parameters(tensor.parameters), f"input {name!r}")
         if raw:
             if tensor.HasField("contents"):
-                raise bad(f"input {name!r} has contents, but the request sends raw_input_contents for every input")
+                raise invalid(f"input {name!r} has contents, but the request sends raw_input_contents for every input")
             arrays[name] = _raw(raw[i], dtype, shape, name)
         else:
             arrays[name] = _typed(tensor.contents, tensor.datatype, dtype, shape, name)

@@ -16,7 +16,8 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from service.dataplane.context import Context
-from service.dataplane.inference import PROTOCOL_PARAMETERS, InferRequest, InferResult, TensorSpec, bad
+from service.dataplane.errors import invalid
+from service.dataplane.inference import PROTOCOL_PARAMETERS, InferRequest, InferResult, TensorSpec
 from service.dataplane.options import Encoding
 from service.dataplane.scheduling import Job
 from service.dataplane.tensors import TensorLimits
@@ -115,7 +116,7 @@ def precision_of(request: InferRequest, names: Sequence[str]) -> str:
     precisions = {PRECISIONS[t] for t in types}
     if len(precisions) > 1:
         given = ", ".join(sorted(types))
-        raise bad(f"inputs {', '.join(names)} must share one precision (FP64, or FP32 and FP16), got {given}")
+        raise invalid(f"inputs {', '.join(names)} must share one precision (FP64, or FP32 and FP16), got {given}")
     return precisions.pop()
 
 
@@ -128,7 +129,7 @@ def option_fields(request: InferRequest, model: Model, names: Sequence[str]) -> 
         if key in names:
             out[key] = value
         elif key not in PROTOCOL_PARAMETERS and key != "diagnostics" and not key.startswith("triton_"):
-            raise bad(f"model {model.name!r} has no parameter {key!r}; it takes {', '.join(model.parameters)}")
+            raise invalid(f"model {model.name!r} has no parameter {key!r}; it takes {', '.join(model.parameters)}")
     return out
 
 
@@ -153,12 +154,12 @@ def validated(schema: type[M], fields: dict[str, Any], model: Model) -> M:
             kind = "input" if any(s.name == field for s in model.inputs) else "parameter"
             where = f"{kind} {field!r}" + "".join(f"[{p}]" for p in loc[1:])
             parts.append(f"{where}: {err.get('msg', 'invalid value')}")
-        raise bad("; ".join(parts) or "invalid parameters") from None
+        raise invalid("; ".join(parts) or "invalid parameters") from None
 
 
 def flag(request: InferRequest, name: str, default: bool) -> bool:
     """A boolean request parameter."""
     value = request.parameters.get(name, default)
     if not isinstance(value, bool):
-        raise bad(f"parameter {name!r} must be true or false")
+        raise invalid(f"parameter {name!r} must be true or false")
     return value

@@ -13,7 +13,8 @@ import numpy as np
 from service.dataplane import logits as logits_op
 from service.dataplane import sampling as sampling_op
 from service.dataplane.context import Context
-from service.dataplane.inference import InferRequest, InferResult, TensorSpec, bad
+from service.dataplane.errors import invalid
+from service.dataplane.inference import InferRequest, InferResult, TensorSpec
 from service.dataplane.models.base import (
     COMMON_PARAMETERS,
     FLOAT,
@@ -57,7 +58,7 @@ def _prepare_softmax(ctx: Context, request: InferRequest, timing: Timing) -> Job
         ctx, inputs["logits"], inputs.get("mask"), options, precision=precision, encoding=encoding, timing=timing
     )
     if "log_probabilities" in wanted and not options.log:
-        raise bad("output 'log_probabilities' needs parameter log = true")
+        raise invalid("output 'log_probabilities' needs parameter log = true")
 
     def finish(out: logits_op.SoftmaxOutcome) -> InferResult:
         arrays = {"probabilities": out.probabilities, "log_probabilities": out.log_probabilities}
@@ -211,7 +212,7 @@ def _prepare_calibrate(ctx: Context, request: InferRequest, timing: Timing) -> J
     fields = option_fields(request, CALIBRATE, ("bins", "method"))
     logits, labels = request.inputs["logits"], request.inputs["labels"]
     if labels.shape[0] != logits.shape[0]:
-        raise bad(f"input 'labels' has {labels.shape[0]} values; logits has {logits.shape[0]} rows")
+        raise invalid(f"input 'labels' has {labels.shape[0]} values; logits has {logits.shape[0]} rows")
     options = validated(CalibrateOptions, fields, CALIBRATE)
     wanted = CALIBRATE.wanted(request)
 

@@ -8,7 +8,8 @@ import math
 
 import numpy as np
 
-from service.dataplane.inference import DATATYPES, bad
+from service.dataplane.errors import invalid
+from service.dataplane.inference import DATATYPES
 from service.dataplane.tensors import FLOAT_MAX, PYTHON_CHECK_MAX, index_text
 
 
@@ -19,7 +20,7 @@ def check_nesting(found: tuple[int, ...], shape: tuple[int, ...], name: str) -> 
     """
     if len(found) == 1 or found == shape:  # (no empty tensor gets here: every dimension is >= 1)
         return
-    raise bad(
+    raise invalid(
         f"input {name!r}: data is nested as {list(found)}, but the declared shape is {list(shape)}; send data "
         f"nested exactly as the shape, or flat in row-major order"
     )
@@ -58,7 +59,7 @@ def check_fits(arr: np.ndarray, datatype: str, dtype: np.dtype, name: str) -> No
     idx = tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(over)[0]), arr.shape))
     wider = " or ".join(t for t in ("FP32", "FP64") if np.dtype(DATATYPES[t]).itemsize > dtype.itemsize)
     # The value as sent (shortest round-trip form): 3.4028236e+38 overflows FP32, 3.4028235e+38 does not.
-    raise bad(
+    raise invalid(
         f"input {name!r}: data{index_text(idx)} = {arr[idx].item()!r} overflows {datatype}, the declared datatype "
         f"(largest {FLOAT_MAX[dtype]:g}); send the input as {wider}"
     )

@@ -34,12 +34,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from service.dataplane.errors import ServiceError
+from service.dataplane.errors import ServiceError, invalid
 from service.dataplane.inference import (
     OUTPUT_DATATYPES,
     InferRequest,
     TensorSpec,
-    bad,
     check_complete,
     check_input_shape,
     check_output,
@@ -66,28 +65,30 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], 
         digits = header_length.strip(" \t")
         # Plain ASCII digits only: int() would also take "+346", "3_4_6" and non-ASCII digits.
         if not (digits.isascii() and digits.isdigit()):
-            raise bad(
+            raise invalid(
                 f"Inference-Header-Content-Length must be an integer written in plain digits, got {header_length!r}"
             )
         n = int(digits)
         if not 0 < n <= len(body):
-            raise bad(f"Inference-Header-Content-Length is {n}, but the body has {len(body)} bytes")
+            raise invalid(f"Inference-Header-Content-Length is {n}, but the body has {len(body)} bytes")
     if n == 0:
-        raise bad("the request body is empty; send an inference request JSON object")
+        raise invalid("the request body is empty; send an inference request JSON object")
     header = body if n == len(body) else bytes(view[:n])
 
-    def invalid(exc: orjson.JSONDecodeError) -> ServiceError:
+    def not_json(exc: orjson.JSONDecodeError) -> ServiceError:
         found = jsonerrors.locate_bad_number(header, exc)
         if found is not None:
             path, text, document = found
             where = _json_path(path, document)
-            return bad(f"the inference request is not valid JSON: {where} {jsonerrors.describe_bad_number(text)}")
+            return invalid(f"the inference request is not valid JSON: {where} {jsonerrors.describe_bad_number(text)}")
         hint = " (is Inference-Header-Content-Length right?)" if header_length is not None else ""
-        return bad(f"the inference request is not valid JSON{hint}: {jsonerrors.describe_syntax_error(header, exc)}")
+        return invalid(
+            f"the inference request is not valid JSON{hint}: {jsonerrors.describe_syntax_error(header, exc)}"
+        )
 
-    obj = jsonbody.parse_infer_request(header, invalid)
+    obj = jsonbody.parse_infer_request(header, not_json)
     if not isinstance(obj, dict):
-        raise bad("the inference request must be a JSON object")
+        raise invalid("the inference request must be a JSON object")
     return obj, view[n:]
 
 
@@ -111,7 +112,7 @@ class BinaryReader:
     def take(self, size: int, name: str) -> memoryview:
         end = self.offset + size
         if end > len(self.data):
-            raise bad(
+            raise invalid(
                 f"input {name!r} has binary_data_size {size}, but only {len(self.data) - self.offset} bytes of binary "
                 "data remain: the body is truncated, or Inference-Header-Content-Length is wrong"
             )
@@ -122,7 +123,7 @@ class BinaryReader:
     def finish(self) -> None:
         left = len(self.data) - self.offset
         if left:
-            raise bad(
+            raise invalid(
                 f"{left} bytes follow the inputs' binary data: a binary_data_size or "
                 "Inference-Header-Content-Length is wrong"
             )
@@ -133,7 +134,7 @@ def _parameters(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
     if params is None:
         return {}
     if not isinstance(params, dict):
-        raise bad(f"{where}.parameters must be an object")
+        raise invalid(f"{where}.parameters must be an object")
     refuse_shared_memory(params, where)
     return params
 
@@ -141,7 +142,7 @@ def _parameters(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
 def _shape(obj: Mapping[str, Any], name: str) -> tuple[int, ...]:
     shape = obj.get("shape")
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-        raise bad(f"input {name!r}: shape must be a list of non-negative integers")
+        raise invalid(f"input {name!r}: shape must be a list of non-negative integers")
     return tuple(shape)
 
 
@@ -149,7 +150,7 @@ def _from_binary(raw: memoryview, dtype: np.dtype, shape: tuple[int, ...], name:
     if dtype.kind == "b":
         ints = np.frombuffer(raw, dtype=np.uint8)
         if (ints > 1).any():
-            raise bad(f"input {name!r}: BOOL bytes must be 0 or 1")
+            raise invalid(f"input {name!r}: BOOL bytes must be 0 or 1")
         return ints.view(bool).reshape(shape)
     arr = np.frombuffer(raw, dtype=dtype).reshape(shape)
     # The JSON header has any length, so a tensor may start at an odd offset: copy it aligned.
@@ -162,7 +163,7 @@ _EXPECT: dict[str, Expect] = {"b": "booleans", "i": "integers", "u": "integers",
 def _from_json(data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...], name: str) -> np.ndarray:
     """JSON ``data`` (flat or nested, row-major) of one input; float data stays float64 until the precision cast."""
     if not isinstance(data, list | jsonbody.JsonArray):
-        raise bad(f"input {name!r}: data must be a JSON array (flat or nested, row-major)")
+        raise invalid(f"input {name!r}: data must be a JSON array (flat or nested, row-major)")
     count = math.prod(shape)
     if isinstance(data, jsonbody.JsonArray):
         fast = _from_json_array(data, datatype, dtype, shape, name)
@@ -180,14 +181,14 @@ def _from_json(data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...]
     if arr is None or arr.dtype.kind not in kinds or (expect != "booleans" and not numbers_only(items)):
         found = find_problem(items, "data", expect)
         if found is None:
-            raise bad(f"input {name!r}: data is not a rectangular array of {datatype} values")
+            raise invalid(f"input {name!r}: data is not a rectangular array of {datatype} values")
         if found.ragged:
-            raise bad(f"input {name!r}: data is not a rectangular array of {datatype} values: {found.message}")
+            raise invalid(f"input {name!r}: data is not a rectangular array of {datatype} values: {found.message}")
         words = {"booleans": "true/false values", "integers": "integers", "numbers": "numbers"}[expect]
-        raise bad(f"input {name!r}: {datatype} data must be {words}: {found.message}")
+        raise invalid(f"input {name!r}: {datatype} data must be {words}: {found.message}")
     assert arr is not None
     if arr.size != count:
-        raise bad(f"input {name!r}: data has {arr.size} values but shape {list(shape)} needs {count}")
+        raise invalid(f"input {name!r}: data has {arr.size} values but shape {list(shape)} needs {count}")
     check_nesting(arr.shape, shape, name)
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
@@ -195,7 +196,7 @@ def _from_json(data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...]
         out_of_range = (flat < info.min) | (flat > info.max) if arr.dtype.kind in "iu" else None
         if arr.dtype == object or (out_of_range is not None and out_of_range.any()):
             i = next(j for j, v in enumerate(flat.tolist()) if not info.min <= v <= info.max)
-            raise bad(
+            raise invalid(
                 f"input {name!r}: data[{i}] = {flat.tolist()[i]} is out of range for {datatype} "
                 f"({info.min} to {info.max})"
             )
@@ -225,13 +226,15 @@ def _from_json_array(
         found = data.problem("data", expect)
         if found is not None:
             if found.ragged:
-                raise bad(f"input {name!r}: data is not a rectangular array of {datatype} values: {found.message}")
+                raise invalid(f"input {name!r}: data is not a rectangular array of {datatype} values: {found.message}")
             words = {"booleans": "true/false values", "integers": "integers", "numbers": "numbers"}[expect]
-            raise bad(f"input {name!r}: {datatype} data must be {words}: {found.message}")
+            raise invalid(f"input {name!r}: {datatype} data must be {words}: {found.message}")
         return None
     assert structure.shape is not None  # only_numbers and only_booleans imply a rectangular array
     if math.prod(structure.shape) != count:
-        raise bad(f"input {name!r}: data has {math.prod(structure.shape)} values but shape {list(shape)} needs {count}")
+        raise invalid(
+            f"input {name!r}: data has {math.prod(structure.shape)} values but shape {list(shape)} needs {count}"
+        )
     check_nesting(structure.shape, shape, name)
     arr = data.as_bool() if dtype.kind == "b" else data.as_float64() if dtype.kind == "f" else data.as_int64()
     if arr is None:
@@ -244,7 +247,7 @@ def _from_json_array(
         outside = np.flatnonzero((arr < info.min) | (arr > info.max))
         if len(outside):
             i = int(outside[0])
-            raise bad(
+            raise invalid(
                 f"input {name!r}: data[{i}] = {int(arr.reshape(-1)[i])} is out of range for {datatype} "
                 f"({info.min} to {info.max})"
             )
@@ -263,18 +266,18 @@ def parse_request(
     """Decode the inputs (JSON or binary), check them against the model, and read the requested outputs."""
     request_id = obj.get("id")
     if request_id is not None and not isinstance(request_id, str):
-        raise bad("id must be a string")
+        raise invalid("id must be a string")
     params = _parameters(obj, "request")
     specs = {s.name: s for s in inputs}
     raw_inputs = obj.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
-        raise bad("inputs must be a non-empty list of input tensors")
+        raise invalid("inputs must be a non-empty list of input tensors")
     reader = BinaryReader(binary)
     arrays: dict[str, np.ndarray] = {}
     datatypes: dict[str, str] = {}
     for i, raw in enumerate(raw_inputs):
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-            raise bad(f"inputs[{i}] must be an object with a name, shape, datatype and data")
+            raise invalid(f"inputs[{i}] must be an object with a name, shape, datatype and data")
         name = raw["name"]
         spec = input_spec(model, specs, name, arrays)
         datatype = raw.get("datatype")
@@ -286,12 +289,12 @@ def parse_request(
         size = in_params.get("binary_data_size")
         if size is not None:
             if type(size) is not int or size < 0:
-                raise bad(f"input {name!r}: binary_data_size must be a non-negative integer")
+                raise invalid(f"input {name!r}: binary_data_size must be a non-negative integer")
             if "data" in raw:
-                raise bad(f"input {name!r} has both data and binary_data_size")
+                raise invalid(f"input {name!r} has both data and binary_data_size")
             expected = math.prod(shape) * dtype.itemsize
             if size != expected:
-                raise bad(
+                raise invalid(
                     f"input {name!r}: binary_data_size is {size}, "
                     f"but shape {list(shape)} of {datatype} needs {expected} bytes"
                 )
@@ -299,13 +302,13 @@ def parse_request(
         elif "data" in raw:
             arrays[name] = _from_json(raw["data"], datatype, dtype, shape, name)
         else:
-            raise bad(f"input {name!r} has neither data nor parameters.binary_data_size")
+            raise invalid(f"input {name!r} has neither data nor parameters.binary_data_size")
         datatypes[name] = datatype
     reader.finish()
     check_complete(model, inputs, arrays)
     binary_default = params.get("binary_data_output", False)
     if not isinstance(binary_default, bool):
-        raise bad("parameters.binary_data_output must be true or false")
+        raise invalid("parameters.binary_data_output must be true or false")
     requested, given = _requested_outputs(obj, binary_default, outputs, model)
     return InferRequest(request_id, params, arrays, datatypes, requested, given, binary_default)
 
@@ -317,11 +320,11 @@ def _requested_outputs(
     if raw_outputs is None or raw_outputs == []:
         return {}, False
     if not isinstance(raw_outputs, list):
-        raise bad("outputs must be a list of requested outputs")
+        raise invalid("outputs must be a list of requested outputs")
     requested: dict[str, bool] = {}
     for i, raw in enumerate(raw_outputs):
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-            raise bad(f"outputs[{i}] must be an object with a name")
+            raise invalid(f"outputs[{i}] must be an object with a name")
         name = raw["name"]
         check_output(model, known, requested, name)
         requested[name] = output_as_binary(name, _parameters(raw, f"output {name!r}"), binary_default)
