@@ -62,6 +62,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "docs/benchmarks/diagnostics.md",
     ),
     Benchmark(
+        "layers",
+        "bench.bench_layers",
+        "what the service's layers cost over the bare maths for a tiny request, per form, in process",
+        "docs/benchmarks/layers.md",
+    ),
+    Benchmark(
         "costs",
         "bench.bench_costs",
         "the cost model's time and peak memory per score against measured ones (Linux)",

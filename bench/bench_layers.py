@@ -1,0 +1,178 @@
+"""What the service's own layers cost over the bare maths for a tiny request, per form, in process (issue 29 item 8).
+
+No sockets and no server: each form's request is handed to the service as its front end receives it, and the
+time beyond the bare maths is what the service adds (target: at most 50 us each):
+
+- **bare maths**: :func:`bench.http_bare_app.tiny_answer` on the /v2 JSON body: orjson's parse, ``service.core``'s
+  attention and diagnostics, orjson's answer, with none of the service's checks, budgets, dispatch or metrics;
+- **/v1 JSON**, **/v2 JSON**, **/v2 binary**: the service's ASGI app called as uvicorn calls it
+  (:mod:`bench.asgi`): the edge (request id, key, limits, deadline, metrics), routing, the data plane's door
+  (admission, the body read on its lease, scheduling, statistics), the codec, the model's checks, budgets,
+  dispatch, the engine and the diagnostics, the encoded answer;
+- **gRPC**: ``ModelInfer``'s servicer method with a decoded message (what grpcio hands it after its own C core):
+  the door, the gRPC codec, the same model. gRPC's transport and ``Calls``' cap, key and metrics around it are
+  not included (they need a live call).
+
+All four ask for ``output`` and ``weights`` with diagnostics on, the bare maths' own work. Each cell is the median
+of ``--rounds`` interleaved rounds of ``--calls`` calls.
+
+    python -m bench layers [--rounds 7] [--calls 2000]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+import orjson
+
+from bench.asgi import call
+from bench.http_bare_app import tiny_answer
+from bench.suite import Parser
+from service.app import create_app
+from service.dataplane.plane import DataPlane
+from service.grpc.generated import inference_pb2 as pb
+from service.settings import Settings
+
+TARGET_US = 50.0
+"""Issue 29 item 8: each form's layers cost at most this over the bare maths."""
+
+
+def tensors() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {name: rng.standard_normal((1, 1, 4, 4), dtype=np.float32) for name in ("query", "key", "value")}
+
+
+def v2_json(arrays: dict[str, np.ndarray]) -> bytes:
+    inputs = [
+        {"name": n, "shape": list(a.shape), "datatype": "FP32", "data": a.ravel().tolist()} for n, a in arrays.items()
+    ]
+    return orjson.dumps({"inputs": inputs, "outputs": [{"name": "output"}, {"name": "weights"}]})
+
+
+def v2_binary(arrays: dict[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
+    header = orjson.dumps(
+        {
+            "inputs": [
+                {"name": n, "shape": list(a.shape), "datatype": "FP32", "parameters": {"binary_data_size": a.nbytes}}
+                for n, a in arrays.items()
+            ],
+            "outputs": [{"name": "output"}, {"name": "weights"}],
+        }
+    )
+    body = header + b"".join(a.tobytes() for a in arrays.values())
+    return body, {"inference-header-content-length": str(len(header)), "content-type": "application/octet-stream"}
+
+
+def v1_json(arrays: dict[str, np.ndarray]) -> bytes:
+    return orjson.dumps({**{n: a.tolist() for n, a in arrays.items()}, "return": ["output", "weights", "diagnostics"]})
+
+
+def grpc_message(arrays: dict[str, np.ndarray]) -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="attention")
+    for name, a in arrays.items():
+        request.inputs.add(name=name, datatype="FP32", shape=list(a.shape))
+        request.raw_input_contents.append(a.tobytes())
+    for name in ("output", "weights"):
+        request.outputs.add(name=name)
+    return request
+
+
+class Decoded:
+    """``ModelInfer``'s :class:`~service.grpc.guard.Message` once read: the message, its size."""
+
+    def __init__(self, message: pb.ModelInferRequest) -> None:
+        self.value = message
+        self.nbytes = message.ByteSize()
+
+    async def read(self, lease: Any = None) -> pb.ModelInferRequest:
+        return self.value
+
+
+class NoDeadline:
+    """A servicer context of a call without a deadline (all ``ModelInfer`` reads of it)."""
+
+    def time_remaining(self) -> None:
+        return None
+
+
+async def timed(fn: Callable[[], Awaitable[object]], calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        await fn()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def arguments() -> Parser:
+    parser = Parser(__name__, __doc__, quick={"rounds": 1, "calls": 20})
+    parser.add_rounds(7)
+    parser.add_argument("--calls", type=int, default=2000, help="calls per round and form (default 2000)")
+    return parser
+
+
+async def measure(rounds: int, calls: int) -> dict[str, list[float]]:
+    app = create_app(Settings(enable_onnx=False, log_level="warning"))
+    plane: DataPlane = app.state.plane
+    arrays = tensors()
+    v2 = v2_json(arrays)
+    binary, binary_headers = v2_binary(arrays)
+    v1 = v1_json(arrays)
+    message = grpc_message(arrays)
+    from service.grpc.service import InferenceService  # the servicer class, as the gRPC server builds it
+
+    servicer = InferenceService.__new__(InferenceService)
+    servicer.plane = plane
+
+    async def bare() -> object:
+        return tiny_answer(v2)
+
+    async def rest(path: str, body: bytes, headers: dict[str, str] | None = None) -> object:
+        status, _, content = await call(app, "POST", path, body, headers)
+        if status != 200:
+            raise SystemExit(f"POST {path}: {status} {content[:300]!r}")
+        return content
+
+    async def grpc() -> object:
+        return await servicer.ModelInfer(Decoded(message), NoDeadline())  # type: ignore[arg-type]
+
+    forms: dict[str, Callable[[], Awaitable[object]]] = {
+        "bare maths": bare,
+        "/v1 JSON": lambda: rest("/v1/attention", v1),
+        "/v2 JSON": lambda: rest("/v2/models/attention/infer", v2),
+        "/v2 binary": lambda: rest("/v2/models/attention/infer", binary, binary_headers),
+        "gRPC (servicer)": grpc,
+    }
+    results: dict[str, list[float]] = {name: [] for name in forms}
+    async with app.router.lifespan_context(app):
+        while plane.runtime.not_ready_reason() is not None:
+            await asyncio.sleep(0.05)
+        for fn in forms.values():  # warm every path
+            await timed(fn, max(10, calls // 10))
+        for _ in range(rounds):
+            for name, fn in forms.items():
+                results[name].append(await timed(fn, calls))
+    return results
+
+
+def main(argv: list[str]) -> int:
+    args = arguments().parse(argv)
+    results = asyncio.run(measure(args.rounds, args.calls))
+    base = statistics.median(results["bare maths"])
+    print(
+        f"tiny (1, 1, 4, 4) float32, output + weights + diagnostics, in process; median of {args.rounds} interleaved "
+        f"rounds of {args.calls} calls\n"
+    )
+    print("| form | us per request | layers over the bare maths (us) | target |")
+    print("|---|---:|---:|---|")
+    for name, values in results.items():
+        median = statistics.median(values)
+        if name == "bare maths":
+            print(f"| {name} | {median:.1f} | - | |")
+            continue
+        over = median - base
+        print(f"| {name} | {median:.1f} | {over:.1f} | <= {TARGET_US:g}: {'met' if over <= TARGET_US else 'missed'} |")
+    return 0
