@@ -24,7 +24,7 @@ import orjson
 from bench.asgi import scope
 from bench.suite import Parser
 from service.app import create_app
-from service.http.bodies import GZipIfAccepted
+from service.http.responses import GZipIfAccepted
 from service.settings import Settings
 
 TINY = orjson.dumps(

@@ -19,10 +19,10 @@ from starlette.responses import Response
 from service import __version__
 from service.dataplane.plane import DataPlane
 from service.http import operations
-from service.http.bodies import GZipIfAccepted
 from service.http.docs import finish_openapi, install_docs, install_openapi
 from service.http.edge import install_edge
 from service.http.error_responses import install_error_handlers
+from service.http.responses import GZipIfAccepted
 from service.http.routing import RawRoute
 from service.http.tracing import install_tracing
 from service.http.v1 import attention as v1_attention

@@ -1,10 +1,6 @@
-"""Reading request bodies and writing JSON responses with orjson.
-
-FastAPI's default path (jsonable_encoder + json.dumps) is about 20x slower
-than orjson on large arrays, so routes read the raw body, parse it once
-(:mod:`service.http.codecs.jsonbody`) and answer with bytes serialized
-straight from numpy. Bodies sent with ``Content-Encoding: gzip`` or
-``deflate`` are inflated with a size cap, in a worker thread.
+"""Reading request bodies: the declared length, the Content-Type, the body read on the data plane's memory lease,
+inflated (``Content-Encoding: gzip`` or ``deflate``, with a size cap, in a worker thread) and parsed once
+(:mod:`service.http.codecs.jsonbody`). Writing the answers is :mod:`service.http.responses`'.
 """
 
 from __future__ import annotations
@@ -13,47 +9,15 @@ import zlib
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-import numpy as np
 import orjson
 from starlette.concurrency import run_in_threadpool
-from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
 from service.dataplane.memory import MemoryLease
 from service.http.codecs import jsonbody, jsonerrors
 from service.http.errors import ProblemError
 
 _WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}  # zlib window bits: gzip container, zlib container
-JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
-
-
-def plain(obj: Any) -> Any:
-    """What orjson's numpy path skips: 0-d and non-contiguous arrays, numpy scalars."""
-    if isinstance(obj, np.ndarray | np.generic):
-        return obj.tolist()
-    raise TypeError(f"cannot serialize {type(obj).__name__}")
-
-
-class GZipIfAccepted(GZipMiddleware):
-    """Starlette's GZipMiddleware, out of the way of clients that do not accept gzip.
-
-    Starlette wraps every response, compressed or not (to add ``Vary:
-    Accept-Encoding``), which costs tens of microseconds a request and a
-    byte-wise comparison of large bodies; the API's POST answers are not
-    cached, so requests without gzip in ``Accept-Encoding`` go straight through.
-    Compressed answers keep their other headers: ``Inference-Header-Content-Length``
-    still counts the JSON of the uncompressed body, as Triton does.
-    """
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            for name, value in scope["headers"]:
-                if name == b"accept-encoding" and b"gzip" in value:
-                    await super().__call__(scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
 
 
 INFLATE_STEP = 4 << 20
@@ -212,13 +176,3 @@ def parse_json_object(
         msg = "the body must be a JSON object"
         raise ProblemError(422, msg, errors=[{"loc": ["body"], "msg": msg}])
     return obj
-
-
-def json_bytes(content: Any) -> bytes:
-    """Serialize with orjson (numpy arrays natively; NaN and infinities become null)."""
-    return orjson.dumps(content, option=JSON_OPTIONS, default=plain)
-
-
-def json_response(content: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
-    """A JSON answer serialized with :func:`json_bytes`."""
-    return Response(json_bytes(content), status_code=status_code, media_type="application/json", headers=headers)

@@ -12,7 +12,7 @@ from starlette.responses import Response
 from service import __version__
 from service.dataplane.runtime import Runtime
 from service.engines.base import runs_graphs
-from service.http.bodies import json_response
+from service.http.responses import json_response
 from service.http.routing import RawRoute
 
 READYZ_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -22,8 +22,8 @@ from service.dataplane.plane import DataPlane
 from service.dataplane.scheduling import Job
 from service.dataplane.tensors import TensorLimits, float_mask_as
 from service.dataplane.timing import Timing
-from service.http.bodies import json_bytes
 from service.http.codecs.tensors import encode_tensor
+from service.http.responses import json_bytes
 from service.http.v1.common import Route, answer, json_route, optional_tensor, parsed, tensor
 from service.http.v1.gradient_schemas import (
     AnalyzeRequest,

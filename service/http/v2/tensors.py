@@ -48,9 +48,9 @@ from service.dataplane.inference import (
     refuse_shared_memory,
 )
 from service.dataplane.tensors import TensorLimits
-from service.http.bodies import JSON_OPTIONS, plain
 from service.http.codecs import jsonbody, jsonerrors
 from service.http.codecs.nested_lists import Expect, find_problem, numbers_only
+from service.http.responses import JSON_OPTIONS, plain
 from service.http.v2.checks import check_fits, check_nesting
 
 HEADER_LENGTH = "inference-header-content-length"
