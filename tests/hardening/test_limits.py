@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import orjson
 import pytest
@@ -159,8 +160,17 @@ def test_deadline_answers_504_while_the_work_goes_on_and_keeps_its_slot() -> Non
     asyncio.run(scenario())
 
 
+def wait_ready(c: Any) -> None:
+    """Until the app's engines are ready (a /v2 inference is refused 503 before that)."""
+    deadline = time.monotonic() + 30
+    while c.get("/readyz").status_code != 200:
+        assert time.monotonic() < deadline, "the app never became ready"
+        time.sleep(0.02)
+
+
 def test_deadline_on_v2_keeps_the_protocol_error_body() -> None:
     with client_for(request_timeout_s=0.2, queue_timeout_s=0.1, debug_delay_s=0.5) as c:
+        wait_ready(c)  # a model not yet ready is a 503, before any delay
         logits = {"name": "logits", "shape": [2], "datatype": "FP64", "data": [1.0, 2.0]}
         r = c.post("/v2/models/softmax/infer", json={"inputs": [logits]})  # the debug delay is inference's
         assert r.status_code == 504 and set(r.json()) == {"error"}
@@ -219,6 +229,7 @@ def test_a_queued_request_gets_503_after_the_queue_timeout() -> None:
 def test_backpressure_on_v2_keeps_the_protocol_error_body() -> None:
     engine = BlockingEngine()
     with client_for(engine, max_concurrent_requests=1, max_queued_requests=0) as c, ThreadPoolExecutor(1) as pool:
+        wait_ready(c)  # else the /v2 request below may be refused as not ready (503 too, another Retry-After)
         first = pool.submit(c.post, "/v1/attention", json=ATTENTION)
         assert engine.started.acquire(timeout=5)
         logits = {"name": "logits", "shape": [2], "datatype": "FP64", "data": [1.0, 2.0]}
