@@ -147,7 +147,7 @@ def arguments() -> Parser:
 
 def handled(ctx: Context, body: bytes) -> bytes:
     """What the door runs for one /v1/sample body: the route's decode, the operation, the route's encode."""
-    request = SAMPLE.decode(ctx, SAMPLE, body)
+    request = SAMPLE.decode(ctx, SAMPLE, body, "")
     return SAMPLE.encode(SAMPLE, request, SAMPLE.prepare(ctx, request, Timing()).run(MemoryLease(None)))
 
 

@@ -56,7 +56,7 @@ class BareMaths:
 
     name = "bare"
 
-    def decode(self, ctx: Context, operation: object, raw: bytes) -> bytes:
+    def decode(self, ctx: Context, operation: object, raw: bytes, caller: str) -> bytes:
         return raw
 
     def encode(self, operation: object, request: bytes, result: bytes) -> bytes:

@@ -132,7 +132,7 @@ def create_app(
             if grpc_server is not None:
                 await (stopping[0] if stopping else grpc_server.stop(settings.shutdown_grace_s))
             runtime.close_engines()
-            plane.trimmer.close()
+            plane.close()
             metrics.close()  # a stopping worker removes its live gauges (multiprocess mode)
 
     return build_app(plane, metrics, lifespan, tracer_provider)

@@ -194,7 +194,7 @@ def attention(
         timing.phase("compute")
         diagnostics = None
         if "diagnostics" in returned:
-            diagnostics = _diagnostics(ctx, task, result)
+            diagnostics = row_diagnostics(ctx, task, result)
         health = None
         if "gradient_health" in returned:
             health = gradient_health_report(task, result, ctx.vanishing_threshold)
@@ -212,7 +212,8 @@ def attention(
     return Job(checked.flops, checked.response_bytes, 0, run)
 
 
-def _diagnostics(ctx: Context, task: AttentionTask, result: AttentionResult) -> dict[str, Any]:
+def row_diagnostics(ctx: Context, task: AttentionTask, result: AttentionResult) -> dict[str, Any]:
+    """The diagnostics of an attention result, each per-row value in the query's rows (its rank)."""
     assert result.weights is not None
     B, Hq, L = result.valid_keys.shape
     diag = attention_diagnostics(

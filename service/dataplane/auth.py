@@ -41,5 +41,15 @@ def presented_key(authorization: str | None, api_key: str | None) -> str | None:
     return key or None
 
 
+def caller_of(keys: ApiKeys | None, presented: str | None) -> str:
+    """Who a request is, for what it owns (its attention sessions): the presented key's fingerprint (the first 16
+    hex digits of its SHA-256) where keys are configured, else "" (every caller is one). The key itself is never
+    kept.
+    """
+    if keys is None or presented is None:
+        return ""
+    return hashlib.sha256(presented.encode()).hexdigest()[:16]
+
+
 MISSING_KEY = "this endpoint needs an API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
 WRONG_KEY = "the API key is not valid"

@@ -16,6 +16,7 @@ from service.core.diagnostics import DiagnosticThresholds
 from service.core.types import NORMALIZERS, AttentionResult, AttentionTask
 from service.dataplane.budget import Budget
 from service.dataplane.errors import invalid, too_large, unavailable
+from service.dataplane.sessions.store import SessionStore
 from service.dataplane.tensors import TensorLimits
 from service.engines.base import EngineChoice
 from service.engines.cost import CostModel
@@ -51,6 +52,8 @@ class Context:
     max_rows: int
     """Most rows of (N, V) logits (``ATTN_MAX_DIM``)."""
     observer: EngineObserver | None = None
+    sessions: SessionStore | None = None
+    """The plane's attention sessions (None where they are not served: several workers, ``ATTN_SESSIONS=false``)."""
 
     @classmethod
     def from_settings(
@@ -60,6 +63,7 @@ class Context:
         observer: EngineObserver | None = None,
         *,
         costs: CostModel | None = None,
+        sessions: SessionStore | None = None,
     ) -> Context:
         """The context of ``settings``; ``costs``: its plane's cost model (default: the settings' calibration)."""
         s = settings
@@ -80,6 +84,7 @@ class Context:
             saturation_margin=s.diag_saturation_margin,
             max_rows=s.max_dim,
             observer=observer,
+            sessions=sessions,
         )
 
     def run_engine(

@@ -72,7 +72,7 @@ class Codec(Protocol[Raw_contra, Req, Res_contra, Out_co]):
     operation's answer encoded. Both run where the job runs (a worker thread for a large request).
     """
 
-    def decode(self, ctx: Context, operation: object, raw: Raw_contra) -> Req: ...
+    def decode(self, ctx: Context, operation: object, raw: Raw_contra, caller: str) -> Req: ...
 
     def encode(self, operation: object, request: Req, result: Res_contra) -> Out_co: ...
 
@@ -95,6 +95,9 @@ class Call(Generic[Raw, Req, Res, Out]):
     """The body's declared size (REST's Content-Length): reserved before any of it is read."""
     deadline_s: float | None = None
     """The time the caller still gives the call (gRPC's deadline), if any."""
+    caller: str = ""
+    """Who asks (:func:`~service.dataplane.auth.caller_of`: the API key's fingerprint): what the request owns
+    (its attention sessions) belongs to it."""
 
 
 class DoorObserver(SchedulerObserver, Protocol):
@@ -185,12 +188,12 @@ class Door:
         model = protocol_model(operation)
         if self.debug_delay_s:  # ATTN_DEBUG_DELAY_S (tests only): work that holds a compute slot this long
             await self.scheduler.hold_slot(self.debug_delay_s)
-        ctx, codec, size = self.context, call.codec, call.size(raw)
+        ctx, codec, size, caller = self.context, call.codec, call.size(raw), call.caller
         if model is None:
 
             def prepare() -> Job[Out]:
                 timing = Timing()  # from before the decoding: a /v1 answer's timing_ms.decode includes the parse
-                request = codec.decode(ctx, operation, raw)
+                request = codec.decode(ctx, operation, raw, caller)
                 job = operation.prepare(ctx, request, timing)
                 return job.then(lambda result: codec.encode(operation, request, result))
 
@@ -198,7 +201,7 @@ class Door:
         with self.statistics.counted(model.name) as clock:
 
             def counted() -> Job[Out]:  # each part timed on the clock, for the statistics
-                request = clock.decode(lambda: codec.decode(ctx, operation, raw))
+                request = clock.decode(lambda: codec.decode(ctx, operation, raw, caller))
                 job = operation.prepare(ctx, request, clock.model_timing())
                 return job.then(lambda result: clock.encode(lambda: codec.encode(operation, request, result)))
 

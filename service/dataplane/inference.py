@@ -91,6 +91,8 @@ class InferRequest:
     outputs_given: bool = False
     binary_default: bool = False
     """Outputs the client did not list are returned as binary (``binary_data_output``; raw over gRPC)."""
+    caller: str = ""
+    """Who asks (:attr:`~service.dataplane.door.Call.caller`): the owner of the sequences it names."""
 
 
 @dataclass(slots=True)

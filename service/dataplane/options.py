@@ -121,6 +121,25 @@ class AttentionOptions(_Options):
         return causal_alignment(self.causal)
 
 
+class SessionOptions(_Options):
+    """The scalar options of a session step (the request parameters of the model ``attention_session``; the /v1
+    step body's fields): attention's, but no ``causal`` (a step is always aligned ``bottom_right``), plus the
+    cache's retention (set at the sequence's start) and the sink positions of the ``sink_mass`` diagnostic.
+    """
+
+    scale: PositiveFloat | None = None
+    temperature: PositiveFloat = 1.0
+    normalizer: NormalizerName = "softmax"
+    alpha: Alpha | None = None
+    engine: EngineName = "auto"
+    window: Annotated[StrictInt, Field(ge=1)] | None = None
+    """Keep the sequence's last ``window`` positions (besides its sinks); None keeps every position."""
+    sinks: Annotated[StrictInt, Field(ge=0)] | None = None
+    """With a window: the sequence's first positions always kept (StreamingLLM's attention sinks; default 4)."""
+    sink_positions: Annotated[StrictInt, Field(ge=0)] = 4
+    """``sink_mass`` is the weight on the sequence's positions 0 to ``sink_positions`` - 1."""
+
+
 class SoftmaxOptions(_Options):
     """The scalar options of softmax, alone (the request parameters of the model ``softmax``)."""
 

@@ -17,6 +17,7 @@ from service.dataplane.heap import HeapTrimmer, release_free_heap
 from service.dataplane.memory import MemoryBudget
 from service.dataplane.runtime import Runtime
 from service.dataplane.scheduling import Scheduler, SchedulerObserver
+from service.dataplane.sessions.store import SessionObserver, SessionStore
 from service.dataplane.statistics import InferenceStatistics, StatisticsStore
 from service.engines.base import Engine
 from service.engines.cost import CostModel
@@ -24,7 +25,7 @@ from service.engines.dispatch import EngineDispatcher
 from service.settings import Settings
 
 
-class Observer(SchedulerObserver, EngineObserver, StatisticsStore, Protocol):
+class Observer(SchedulerObserver, EngineObserver, StatisticsStore, SessionObserver, Protocol):
     """Everything the data plane reports (the service's metrics implement it), and the statistics it reads back."""
 
     def admission_changed(self, computing: int, queued: int) -> None: ...
@@ -53,8 +54,23 @@ class DataPlane:
             small_task_scores=s.auto_numpy_max_scores,
             large_task_scores=s.auto_numpy_large_scores,
         )
-        self.context = Context.from_settings(settings, self.dispatcher, observer, costs=self.costs)
         self.memory = MemoryBudget(s.memory_budget_bytes, s.queue_timeout_s, s.retry_after_s)
+        self.sessions = (
+            SessionStore(
+                self.memory.share(s.session_cache_limit(), "session caches"),
+                idle_s=s.session_idle_s,
+                max_positions=s.session_max_positions,
+                max_per_key=s.session_max_per_key,
+                observer=observer,
+            )
+            if s.sessions_served()
+            else None
+        )
+        """The attention sessions' caches (:mod:`.sessions`), on their share of the memory budget; None where they
+        are not served (several workers, ``ATTN_SESSIONS=false``)."""
+        self.context = Context.from_settings(
+            settings, self.dispatcher, observer, costs=self.costs, sessions=self.sessions
+        )
         self.body_share = self.memory.share(s.body_memory_limit(), "request bodies")
         """The share of the budget that admitted request bodies (REST) and messages (gRPC) hold together, until
         their request ends (``ATTN_BODY_MEMORY_BYTES``): one share for both front ends.
@@ -93,6 +109,12 @@ class DataPlane:
         self.api_keys = ApiKeys([key.get_secret_value() for key in s.api_keys]) if s.api_keys else None
         self.auth_exempt = frozenset(s.auth_exempt_paths)
         """REST paths and gRPC methods (``/package.Service/Method``) served without a key (probes, scrapes)."""
+
+    def close(self) -> None:
+        """Stop this plane's threads (the heap trimmer's, the sessions' sweeper) and free the sessions' caches."""
+        self.trimmer.close()
+        if self.sessions is not None:
+            self.sessions.close()
 
     def needs_key(self, path: str) -> bool:
         """Whether a request for ``path`` (a REST path or a gRPC method's full name) must present an API key:

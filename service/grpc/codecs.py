@@ -125,8 +125,8 @@ def decode_request(
         raise invalid(
             f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs: one per input, in order"
         )
-    if not request.inputs:
-        raise invalid("inputs must be a non-empty list of input tensors")
+    if not request.inputs and any(not s.optional for s in inputs):
+        raise invalid("inputs must be a non-empty list of input tensors")  # (a session's end may send none)
     specs = {s.name: s for s in inputs}
     arrays: dict[str, np.ndarray] = {}
     datatypes: dict[str, str] = {}
@@ -185,10 +185,12 @@ class GrpcCodec:
     :func:`decode_request` and :func:`encode_response`.
     """
 
-    def decode(self, ctx: Context, operation: object, raw: pb.ModelInferRequest) -> InferRequest:
+    def decode(self, ctx: Context, operation: object, raw: pb.ModelInferRequest, caller: str) -> InferRequest:
         assert isinstance(operation, Model), operation  # the message names a model of the protocol
         limits = operation.input_limits(ctx)
-        return decode_request(raw, operation.name, operation.inputs, operation.output_names, limits)
+        request = decode_request(raw, operation.name, operation.inputs, operation.output_names, limits)
+        request.caller = caller
+        return request
 
     def encode(self, operation: object, request: InferRequest, result: InferResult) -> pb.ModelInferResponse:
         assert isinstance(operation, Model), operation

@@ -202,6 +202,32 @@ class ServiceMetrics:
             multiprocess_mode="max",
             registry=r,
         )
+        # Attention sessions (service.dataplane.sessions): no label names a sequence.
+        self.sessions_live = Gauge(
+            "attn_sessions_live", "Attention sessions live.", multiprocess_mode="livesum", registry=r
+        )
+        self.session_cache_bytes = Gauge(
+            "attn_session_cache_bytes",
+            "Bytes the sessions' key/value caches hold (their buffers, grown ahead of their positions).",
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.session_positions = Gauge(
+            "attn_session_cache_positions",
+            "Key positions the sessions' caches keep, all sessions together.",
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.session_evictions = Counter(
+            "attn_session_evictions",
+            "Sessions that went without an end: idle (ATTN_SESSION_IDLE_S), pressure (evicted, least recently "
+            "used, for another cache's room), restarted (a start on a live id).",
+            ["reason"],
+            registry=r,
+        )
+        self.session_steps = Counter("attn_session_steps", "Session steps answered.", registry=r)
+        for reason in ("idle", "pressure", "restarted"):
+            self.session_evictions.labels(reason)
         self._request_children: dict[tuple[str, str, str, str, int | str], tuple[Any, Any, Any, Any]] = {}
         self._compute: dict[tuple[str, str, str, str], Any] = {}
         self._inference: dict[str, tuple[Any, Any, tuple[Any, ...], Any]] = {}
@@ -250,6 +276,18 @@ class ServiceMetrics:
         """Each engine's state (``attn_engine_ready``): at start-up, then once start-up is over."""
         for name, ok in ready.items():
             self.engine_ready.labels(name).set(1 if ok else 0)
+
+    def sessions_changed(self, live: int, cache_bytes: int, positions: int) -> None:
+        """The sessions' totals, after a start or an end, and from the sweeper (twice a second at most)."""
+        self.sessions_live.set(live)
+        self.session_cache_bytes.set(cache_bytes)
+        self.session_positions.set(positions)
+
+    def session_evicted(self, reason: str) -> None:
+        self.session_evictions.labels(reason).inc()
+
+    def session_stepped(self) -> None:
+        self.session_steps.inc()
 
     def admission_changed(self, computing: int, queued: int) -> None:
         """The compute slots' state, after each change."""

@@ -12,7 +12,8 @@ Layout:
 - ``compute``: the engines and the diagnostics' thresholds;
 - ``transport``: HTTP response compression, the HTTP connections' limits, the gRPC server's;
 - ``security``: API keys, the paths and pages served without one, CORS;
-- ``observability``: the metrics' multiprocess directory, the log format, tracing.
+- ``observability``: the metrics' multiprocess directory, the log format, tracing;
+- ``sessions``: attention sessions (their switch, cache budget, idle time and caps).
 
 The checks across concerns (a body larger than the memory budget, the gRPC port on the REST port, ...) are
 :class:`Settings`' own.
@@ -32,6 +33,7 @@ from service.settings.limits import AdmissionSettings, InlineSettings, LimitSett
 from service.settings.observability import ObservabilitySettings
 from service.settings.security import AccessSettings
 from service.settings.server import LifecycleSettings, ServerSettings
+from service.settings.sessions import SessionSettings
 from service.settings.transport import CompressionSettings, ConnectionSettings, GrpcSettings
 
 ENV_PREFIX = "ATTN_"
@@ -57,6 +59,7 @@ def unknown_env_names(environ: Mapping[str, str], fields: set[str]) -> list[str]
 
 class Settings(
     LifecycleSettings,
+    SessionSettings,
     ObservabilitySettings,
     AccessSettings,
     GrpcSettings,
@@ -98,9 +101,25 @@ class Settings(
             problems.append(
                 "ATTN_BODY_MEMORY_BYTES must lie between ATTN_MAX_BODY_BYTES and ATTN_MEMORY_BUDGET_BYTES (or be 0)"
             )
+        if self.sessions and self.workers > 1:
+            problems.append(
+                "ATTN_SESSIONS=true needs ATTN_WORKERS=1: a session's key/value cache lives in one worker process and "
+                "uvicorn hands each request to any worker (run one worker per replica and route a sequence to its "
+                "replica: docs/guides/sessions.md)"
+            )
+        if self.session_cache_bytes > self.memory_budget_bytes:
+            problems.append("ATTN_SESSION_CACHE_BYTES must not exceed ATTN_MEMORY_BUDGET_BYTES")
         if problems:
             raise ValueError("unsafe settings: " + "; ".join(problems))
         return self
+
+    def sessions_served(self) -> bool:
+        """Whether this process serves ``attention_session``: ``sessions``, or by default one worker."""
+        return self.sessions if self.sessions is not None else self.workers == 1
+
+    def session_cache_limit(self) -> int:
+        """``session_cache_bytes``, or its default: a quarter of the memory budget."""
+        return self.session_cache_bytes or self.memory_budget_bytes // 4
 
     def body_memory_limit(self) -> int:
         """``body_memory_bytes``, or its default: half the memory budget, at least the largest body."""

@@ -75,7 +75,7 @@ class Echo:
 
 
 class Identity:
-    def decode(self, ctx: Context, operation: object, raw: bytes) -> bytes:
+    def decode(self, ctx: Context, operation: object, raw: bytes, caller: str) -> bytes:
         return raw
 
     def encode(self, operation: object, request: bytes, result: bytes) -> bytes:
@@ -185,7 +185,7 @@ def test_a_model_not_ready_is_refused_before_its_body_is_read() -> None:
 class Tensors:
     """A codec of already-decoded arrays: what a front end's codec gives the door, without a wire form."""
 
-    def decode(self, ctx: Context, operation: object, raw: dict[str, Any]) -> InferRequest:
+    def decode(self, ctx: Context, operation: object, raw: dict[str, Any], caller: str) -> InferRequest:
         parameters = raw.pop("parameters", {})
         return InferRequest(None, parameters, raw, {name: "FP64" for name in raw})
 

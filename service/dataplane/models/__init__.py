@@ -3,7 +3,8 @@ readiness, and how a decoded request runs on each.
 
 - ``base``: :class:`Model` and what the models share (parameters into options, precision, JSON text);
 - ``attention``: ``attention`` and ``attention_backward``;
-- ``logits``: ``softmax``, ``sample`` and ``calibrate``.
+- ``logits``: ``softmax``, ``sample`` and ``calibrate``;
+- ``session``: ``attention_session`` (a key/value cache per sequence).
 """
 
 from __future__ import annotations
@@ -12,13 +13,23 @@ from service.dataplane.errors import not_found
 from service.dataplane.models.attention import ATTENTION, ATTENTION_BACKWARD
 from service.dataplane.models.base import MODEL_VERSION, Model
 from service.dataplane.models.logits import CALIBRATE, SAMPLE, SOFTMAX
+from service.dataplane.models.session import ATTENTION_SESSION
 
-MODELS: dict[str, Model] = {m.name: m for m in (ATTENTION, SOFTMAX, ATTENTION_BACKWARD, SAMPLE, CALIBRATE)}
+MODELS: dict[str, Model] = {
+    m.name: m for m in (ATTENTION, SOFTMAX, ATTENTION_BACKWARD, SAMPLE, CALIBRATE, ATTENTION_SESSION)
+}
 """Every model, by name, in the order the server lists them."""
 
 SERVER_NAME = "attention-service"
 EXTENSIONS = ["binary_tensor_data", "parameters", "statistics"]
-"""The protocol's extensions the server has, named as Triton names them (``GET /v2``, gRPC ``ServerMetadata``)."""
+"""The protocol's extensions every server has, named as Triton names them (``GET /v2``, gRPC ``ServerMetadata``)."""
+SEQUENCE_EXTENSIONS = ["sequence", "sequence(string_id)"]
+"""Triton's names of the sequence extension (integer and string ids), where sessions are served."""
+
+
+def server_extensions(sessions: bool) -> list[str]:
+    """The extensions a server lists: the sequence extension's where it serves sessions."""
+    return EXTENSIONS + SEQUENCE_EXTENSIONS if sessions else list(EXTENSIONS)
 
 
 def find_model(name: str, version: str | None = None) -> Model:
@@ -31,4 +42,4 @@ def find_model(name: str, version: str | None = None) -> Model:
     return model
 
 
-__all__ = ["EXTENSIONS", "MODELS", "MODEL_VERSION", "SERVER_NAME", "Model", "find_model"]
+__all__ = ["EXTENSIONS", "MODELS", "MODEL_VERSION", "SERVER_NAME", "Model", "find_model", "server_extensions"]

@@ -20,6 +20,7 @@ from service.dataplane.errors import invalid
 from service.dataplane.inference import PROTOCOL_PARAMETERS, InferRequest, InferResult, TensorSpec
 from service.dataplane.options import Encoding
 from service.dataplane.scheduling import Job
+from service.dataplane.sessions.store import SequenceId
 from service.dataplane.tensors import TensorLimits
 from service.dataplane.timing import Timing
 
@@ -34,6 +35,13 @@ INDEX = ("INT64", "INT32")
 """The datatypes of integer inputs (lengths, token ids, labels): Triton's users often send INT32."""
 PRECISIONS = {"FP16": "float32", "FP32": "float32", "FP64": "float64"}
 """The compute precision each float input datatype asks for."""
+
+SESSION_MODEL = "attention_session"
+"""The one stateful model (:mod:`.session`): the others refuse the sequence parameters."""
+SEQUENCE_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end")
+MAX_STRING_ID = 256
+"""Longest string sequence id (Triton's string ids name Kubernetes objects and the like)."""
+UINT64_MAX = (1 << 64) - 1
 
 Prepare = Callable[[Context, InferRequest, Timing], Job[InferResult]]
 M = TypeVar("M", bound=BaseModel)
@@ -52,6 +60,8 @@ class Model:
     prepare: Prepare
     limits: Literal["tensors", "logits"] = "tensors"
     """Size limits of the inputs: the attention tensors' (``ATTN_MAX_*``) or the logits' (vocabulary-sized)."""
+    stateful: bool = False
+    """Reads the sequence parameters (``attention_session``); the other models refuse them."""
 
     def input_limits(self, ctx: Context) -> TensorLimits:
         return ctx.logits_limits if self.limits == "logits" else ctx.limits
@@ -122,8 +132,11 @@ def precision_of(request: InferRequest, names: Sequence[str]) -> str:
 
 def option_fields(request: InferRequest, model: Model, names: Sequence[str]) -> dict[str, Any]:
     """The request parameters that are the model's options; unknown parameters are refused (a typo is not a
-    default). Parameters of the protocol and of Triton's clients, and ``diagnostics``, are skipped.
+    default). Parameters of the protocol and of Triton's clients, and ``diagnostics``, are skipped; a stateless
+    model refuses a sequence (:func:`refuse_sequence`).
     """
+    if not model.stateful:
+        refuse_sequence(request, model.name)
     out: dict[str, Any] = {}
     for key, value in request.parameters.items():
         if key in names:
@@ -131,6 +144,31 @@ def option_fields(request: InferRequest, model: Model, names: Sequence[str]) -> 
         elif key not in PROTOCOL_PARAMETERS and key != "diagnostics" and not key.startswith("triton_"):
             raise invalid(f"model {model.name!r} has no parameter {key!r}; it takes {', '.join(model.parameters)}")
     return out
+
+
+def sequence_of(request: InferRequest) -> tuple[SequenceId | None, bool, bool]:
+    """(sequence id or None for "no sequence", start, end), each refused naming the parameter when malformed."""
+    params = request.parameters
+    sequence_id = params.get("sequence_id", 0)
+    if isinstance(sequence_id, bool) or not isinstance(sequence_id, int | str):
+        raise invalid("parameter 'sequence_id' must be an unsigned integer or a string", "sequence_id")
+    if isinstance(sequence_id, int) and not 0 <= sequence_id <= UINT64_MAX:
+        raise invalid(f"parameter 'sequence_id' must lie in 0 to {UINT64_MAX}, got {sequence_id}", "sequence_id")
+    if isinstance(sequence_id, str) and len(sequence_id) > MAX_STRING_ID:
+        raise invalid(f"parameter 'sequence_id' is longer than {MAX_STRING_ID} characters", "sequence_id")
+    start, end = flag(request, "sequence_start", False), flag(request, "sequence_end", False)
+    return (None if sequence_id in (0, "") else sequence_id), start, end
+
+
+def refuse_sequence(request: InferRequest, model: str) -> None:
+    """A stateless model refuses a sequence (it would answer as if the sequence's earlier steps had not been)."""
+    sequence_id, start, end = sequence_of(request)
+    if sequence_id is not None or start or end:
+        raise invalid(
+            f"model {model!r} is stateless: it keeps no sequence, so sequence_id, sequence_start and sequence_end "
+            f"would be ignored; send sequences to the model {SESSION_MODEL!r} (docs/guides/sessions.md)",
+            "sequence_id",
+        )
 
 
 _DEFAULTS: dict[type[BaseModel], BaseModel] = {}

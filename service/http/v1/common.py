@@ -24,6 +24,7 @@ from service.dataplane.scheduling import Job
 from service.dataplane.tensors import TensorLimits
 from service.dataplane.timing import Timing
 from service.http.bodies import declared_length, parse_json_object, read_body
+from service.http.callers import request_caller
 from service.http.codecs.tensors import TensorKind, decode_tensor
 from service.http.errors import pydantic_errors, summarize
 from service.http.routing import RawRoute
@@ -127,7 +128,7 @@ class Route(Generic[D, Out]):
     def prepare(self, ctx: Context, request: D, timing: Timing) -> Job[Out]:
         return self.operation(ctx, request, timing)
 
-    def decode(self, ctx: Context, operation: object, raw: bytes) -> D:
+    def decode(self, ctx: Context, operation: object, raw: bytes, caller: str) -> D:
         return self.decode_body(ctx, raw)
 
     def encode(self, operation: object, request: D, result: Out) -> bytes:
@@ -144,6 +145,11 @@ async def answer(plane: DataPlane, request: Request, route: Route[D, Out]) -> Re
         return await read_body(request, max_bytes, lease=lease)
 
     call: Call[bytes, D, Out, bytes] = Call(
-        read=read, size=len, codec=route, operation=route, declared_bytes=declared_length(request)
+        read=read,
+        size=len,
+        codec=route,
+        operation=route,
+        declared_bytes=declared_length(request),
+        caller=request_caller(plane, request),
     )
     return Response(await plane.door.serve(call), media_type="application/json")

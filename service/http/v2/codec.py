@@ -33,10 +33,10 @@ def model_of(operation: object) -> Model:
 class RestCodec:
     """JSON ``data`` or the binary tensor data extension, in and out (:mod:`service.http.v2.tensors`)."""
 
-    def decode(self, ctx: Context, operation: object, raw: Body) -> InferRequest:
+    def decode(self, ctx: Context, operation: object, raw: Body, caller: str) -> InferRequest:
         model = model_of(operation)
         obj, binary = split_body(raw.data, raw.header_length)
-        return parse_request(
+        request = parse_request(
             obj,
             binary,
             model=model.name,
@@ -44,6 +44,8 @@ class RestCodec:
             outputs=model.output_names,
             limits=model.input_limits(ctx),
         )
+        request.caller = caller
+        return request
 
     def encode(self, operation: object, request: InferRequest, result: InferResult) -> Encoded:
         """Each output as the request asked (JSON data or binary)."""

@@ -25,10 +25,11 @@ from service.dataplane.door import Call
 from service.dataplane.errors import not_found as not_found_error
 from service.dataplane.inference import InferRequest, InferResult
 from service.dataplane.memory import MemoryLease
-from service.dataplane.models import EXTENSIONS, SERVER_NAME, find_model
+from service.dataplane.models import SERVER_NAME, find_model, server_extensions
 from service.dataplane.models.unsupported import UNSUPPORTED, Unsupported
 from service.dataplane.plane import DataPlane
 from service.http.bodies import declared_length, read_body
+from service.http.callers import request_caller
 from service.http.routing import V2Route
 from service.http.v2.codec import REST_CODEC, Body, Encoded
 from service.http.v2.tensors import HEADER_LENGTH
@@ -106,7 +107,14 @@ def routes(plane: DataPlane) -> list[APIRoute]:
 
     async def server_metadata(request: Request) -> Response:
         return Response(
-            orjson.dumps({"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS}), media_type=JSON
+            orjson.dumps(
+                {
+                    "name": SERVER_NAME,
+                    "version": __version__,
+                    "extensions": server_extensions(plane.sessions is not None),
+                }
+            ),
+            media_type=JSON,
         )
 
     async def server_live(request: Request) -> Response:
@@ -151,6 +159,7 @@ def routes(plane: DataPlane) -> list[APIRoute]:
             codec=REST_CODEC,
             operation=find_model(name, version),
             declared_bytes=declared_length(request),
+            caller=request_caller(plane, request),
         )
         content, headers, media_type = await plane.door.serve(call)
         return Response(content, media_type=media_type, headers=headers)

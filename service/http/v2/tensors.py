@@ -270,8 +270,8 @@ def parse_request(
     params = _parameters(obj, "request")
     specs = {s.name: s for s in inputs}
     raw_inputs = obj.get("inputs")
-    if not isinstance(raw_inputs, list) or not raw_inputs:
-        raise invalid("inputs must be a non-empty list of input tensors")
+    if not isinstance(raw_inputs, list) or (not raw_inputs and any(not s.optional for s in inputs)):
+        raise invalid("inputs must be a non-empty list of input tensors")  # (a session's end may send none)
     reader = BinaryReader(binary)
     arrays: dict[str, np.ndarray] = {}
     datatypes: dict[str, str] = {}
