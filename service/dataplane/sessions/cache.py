@@ -10,7 +10,8 @@ kept positions sends, hence the same numbers).
 Growth and eviction copy little:
 
 - the buffers double when an append does not fit (amortised: each position is copied O(1) times), up to
-  ``sinks + 2 * window`` with a window, or ``max_positions`` without;
+  ``sinks + 2 * window`` with a window, or ``max_positions`` without; when the budget has no room to double, they
+  grow by what the step needs;
 - a window drops its oldest positions by moving the sinks, not the window: the sinks move forward over the
   dropped positions (``sinks`` positions copied, not ``window``), and the kept block is moved back to the
   buffers' start only when an append reaches their end (once per ``window`` positions appended).
@@ -26,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from service.dataplane.errors import ServiceError
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +135,13 @@ class KVCache:
             self.start, self.stop = 0, n
             return
         capacity = min(self.max_capacity, max(2 * self.capacity, n + appended, 16))
-        self._reserve((capacity - self.capacity) * self.layout.position_bytes())
+        try:
+            self._reserve((capacity - self.capacity) * self.layout.position_bytes())
+        except ServiceError:  # no room to double: grow by what this step needs (refused in turn when it has none)
+            if capacity == n + appended:
+                raise
+            capacity = n + appended
+            self._reserve((capacity - self.capacity) * self.layout.position_bytes())
         keys, values = self._buffers(capacity)
         keys[:, :, :n] = self.keys[:, :, self.start : self.stop]
         values[:, :, :n] = self.values[:, :, self.start : self.stop]

@@ -126,7 +126,7 @@ class SessionStore:
             )
         ago = self.clock() - gone.at
         if gone.reason == "ended":
-            return invalid(f"{name} has ended ({ago:.1f} s ago, by a step with sequence_end){restart}", "sequence_id")
+            return invalid(f"{name} has ended ({ago:.1f} s ago){restart}", "sequence_id")
         if gone.reason == "idle":
             why = f"after {gone.idle_s:.1f} s without a step (ATTN_SESSION_IDLE_S)"
         else:  # pressure
@@ -145,8 +145,8 @@ class SessionStore:
                     if not self._evict_one_idle(keep):
                         raise unavailable(
                             f"the session caches are full: they hold {mib(self.share.reserved)} of "
-                            f"{mib(self.share.capacity)} (ATTN_SESSION_CACHE_BYTES) and every session has a step in "
-                            f"flight; this step needs {mib(nbytes)} more; retry after {self.share.retry_after_s} s",
+                            f"{mib(self.share.capacity)} (ATTN_SESSION_CACHE_BYTES), and no other session is idle to "
+                            f"evict; this step needs {mib(nbytes)} more; retry after {self.share.retry_after_s} s",
                             self.share.retry_after_s,
                         ) from None
 
