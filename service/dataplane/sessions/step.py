@@ -216,7 +216,7 @@ def prepare_step(ctx: Context, step: SessionStep, timing: Timing) -> Job[StepOut
                 output=result.output,
                 weights=result.weights if weights else None,
                 diagnostics=diagnostics,
-                cache_length=cache.length,
+                cache_length=0 if step.end else cache.length,
                 positions_seen=cache.seen,
                 engine=choice,
                 restarted=restarted,
