@@ -1,8 +1,8 @@
 """Examples of every request and answer in the OpenAPI schema, by operation id.
 
 Answers are what the service really says to the request beside them (numpy engine,
-float32 unless the request asks for float64); tests/api/test_openapi_examples.py sends
-each request example and checks the answer's numbers against the documented one.
+float32 unless the request asks for float64); tests/http/test_docs.py sends each request
+example to a fresh app and checks the answer's numbers against the documented one.
 """
 
 from __future__ import annotations
@@ -156,6 +156,30 @@ CALIBRATE_RESPONSE: dict[str, Any] = {
     "timing_ms": {"decode": 0.08, "compute": 0.57, "total": 0.65},
 }
 
+SESSION_ID = 7
+"""The sequence of the session examples (``/v1/sessions/7/steps``, ``DELETE /v1/sessions/7``)."""
+SESSION_STEP_REQUEST: dict[str, Any] = {
+    "start": True,
+    "query": [[1.0, 0.0], [0.0, 1.0]],
+    "key": [[1.0, 0.0], [0.0, 1.0]],
+    "value": [[1.0, 2.0], [3.0, 4.0]],
+    "return": ["output", "weights"],
+}
+"""The first step of sequence 7: two positions appended, two query rows (aligned bottom_right: the first row sees
+position 0 only)."""
+SESSION_STEP_RESPONSE: dict[str, Any] = {
+    "output": [[1.0, 2.0], [2.339523, 3.339523]],
+    "weights": [[1.0, 0.0], [0.33023846, 0.66976154]],
+    "cache_length": 2,
+    "positions_seen": 2,
+    "restarted": False,
+    "ended": False,
+    "engine": {"name": "numpy", "provider": "CPU/numpy", "reason": "auto: numpy supports this request"},
+    "timing_ms": {"decode": 0.27, "compute": 0.5, "encode": 0.08, "diagnostics": 0.002, "total": 0.852},
+}
+SESSION_END_RESPONSE: dict[str, Any] = {"sequence_id": SESSION_ID, "positions_seen": 2}
+"""``DELETE /v1/sessions/7`` after the step above."""
+
 V2_SOFTMAX_REQUEST: dict[str, Any] = {
     "id": "req-1",
     "inputs": [{"name": "logits", "shape": [1, 4], "datatype": "FP64", "data": [2.1, 0.5, -1.2, 3.0]}],
@@ -205,6 +229,7 @@ REQUEST_EXAMPLES: dict[str, Any] = {
     "analyze": ANALYZE_REQUEST,
     "sample": SAMPLE_REQUEST,
     "calibrate": CALIBRATE_REQUEST,
+    "session_step": SESSION_STEP_REQUEST,
     "model_infer": V2_SOFTMAX_REQUEST,
     "model_version_infer": V2_SOFTMAX_REQUEST,
 }
@@ -247,6 +272,8 @@ RESPONSE_EXAMPLES: dict[str, Any] = {
     "analyze": ANALYZE_RESPONSE,
     "sample": SAMPLE_RESPONSE,
     "calibrate": CALIBRATE_RESPONSE,
+    "session_step": SESSION_STEP_RESPONSE,
+    "delete_session": SESSION_END_RESPONSE,
     "healthz": {"status": "ok", "version": "0.1.0", "uptime_s": 12.5},
     "readyz": {
         "ready": True,
@@ -260,7 +287,7 @@ RESPONSE_EXAMPLES: dict[str, Any] = {
     "server_metadata": {
         "name": "attention-service",
         "version": "0.1.0",
-        "extensions": ["binary_tensor_data", "parameters", "statistics"],
+        "extensions": ["binary_tensor_data", "parameters", "statistics", "sequence", "sequence(string_id)"],
     },
     "server_live": {"live": True},
     "server_ready": {"ready": True},
@@ -273,7 +300,10 @@ RESPONSE_EXAMPLES: dict[str, Any] = {
     "all_model_statistics": {
         "model_stats": [
             ATTENTION_STATS,
-            *(idle_stats(name) for name in ("softmax", "attention_backward", "sample", "calibrate")),
+            *(
+                idle_stats(name)
+                for name in ("softmax", "attention_backward", "sample", "calibrate", "attention_session")
+            ),
         ]
     },
     "model_statistics": {"model_stats": [ATTENTION_STATS]},
@@ -290,6 +320,7 @@ METRICS_EXAMPLE = (
 PROBLEM_DETAILS: dict[int, str] = {
     400: "the gzip request body is not valid gzip data: Error -3 while decompressing data: incorrect header check",
     401: "this endpoint needs an API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
+    404: "sequence 7 is not live: it was never started on this server (send its first step with sequence_start=true)",
     413: "the request body is larger than 16777216 bytes",
     415: "Content-Encoding 'br' is not supported; use gzip, deflate or identity",
     422: "temprature: Extra inputs are not permitted",

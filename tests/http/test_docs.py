@@ -161,6 +161,15 @@ def test_documented_examples_are_what_the_service_answers(schema: dict[str, Any]
             assert got.status_code == 200
             _close(got.json(), examples.RESPONSE_EXAMPLES[op_id], op_id)
             assert got.json()["timing_ms"].keys() == examples.RESPONSE_EXAMPLES[op_id]["timing_ms"].keys()
+        sequence = f"/v1/sessions/{examples.SESSION_ID}"
+        never = http.delete(sequence)  # the 404 example: a sequence this (fresh) app never started
+        assert (never.status_code, never.json()["detail"]) == (404, examples.PROBLEM_DETAILS[404])
+        got = http.post(f"{sequence}/steps", json=examples.REQUEST_EXAMPLES["session_step"])  # it starts it
+        assert got.status_code == 200, got.text
+        _close(got.json(), examples.RESPONSE_EXAMPLES["session_step"], "session_step")
+        assert got.json()["timing_ms"].keys() == examples.RESPONSE_EXAMPLES["session_step"]["timing_ms"].keys()
+        ended = http.delete(sequence)
+        assert (ended.status_code, ended.json()) == (200, examples.RESPONSE_EXAMPLES["delete_session"])
         got = http.post("/v2/models/softmax/infer", json=examples.REQUEST_EXAMPLES["model_infer"]).json()
         want = examples.RESPONSE_EXAMPLES["model_infer"]
         assert {k: got[k] for k in ("model_name", "model_version", "id")} == {
@@ -174,6 +183,10 @@ def test_documented_examples_are_what_the_service_answers(schema: dict[str, Any]
         ):
             body = http.get(path).json()
             assert set(body) == set(examples.RESPONSE_EXAMPLES[op_id]), op_id
+        assert http.get("/v2").json()["extensions"] == examples.RESPONSE_EXAMPLES["server_metadata"]["extensions"]
+        stats = http.get("/v2/models/stats").json()["model_stats"]
+        documented = examples.RESPONSE_EXAMPLES["all_model_statistics"]["model_stats"]
+        assert [m["name"] for m in stats] == [m["name"] for m in documented]
         wrong = http.post("/v1/attention", json={**examples.ATTENTION_REQUEST, "temprature": 2}).json()
         assert wrong == {**wrong, "detail": examples.PROBLEM_DETAILS[422], "errors": examples.PROBLEM_ERRORS[422]}
 
