@@ -320,7 +320,8 @@ METRICS_EXAMPLE = (
 PROBLEM_DETAILS: dict[int, str] = {
     400: "the gzip request body is not valid gzip data: Error -3 while decompressing data: incorrect header check",
     401: "this endpoint needs an API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
-    404: "sequence 7 is not live: it was never started on this server (send its first step with sequence_start=true)",
+    404: 'sequence 7 is not live: it was never started on this server (sequence_start=true, or "start": true on /v1 on '
+    "its first step)",
     413: "the request body is larger than 16777216 bytes",
     415: "Content-Encoding 'br' is not supported; use gzip, deflate or identity",
     422: "temprature: Extra inputs are not permitted",

@@ -68,6 +68,23 @@ def _as_compute(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=dtype)
 
 
+def _as_operand(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Keys or values in the compute dtype for the matmuls, which read them one (S, E) block per head: an array whose
+    last two axes are already C-contiguous is used as it is, whatever its leading strides (an attention session's
+    cache is a view of a larger buffer: copying it would double the bytes a decode step moves). The same blocks reach
+    the same BLAS calls, so the numbers are those of a contiguous copy.
+    """
+    if (
+        x.dtype == dtype
+        and x.ndim >= 2
+        and x.strides[-1] == x.itemsize
+        and x.strides[-2] == x.shape[-1] * x.itemsize
+        and x.flags.aligned
+    ):
+        return x
+    return np.ascontiguousarray(x, dtype=dtype)
+
+
 def prepare(inputs: AttentionInputs, params: AttentionParams, dtype: np.dtype) -> Prepared:
     """Validate one call and lay it out for :mod:`.chunks` (module docstring)."""
     dtype = np.dtype(dtype)
@@ -76,8 +93,8 @@ def prepare(inputs: AttentionInputs, params: AttentionParams, dtype: np.dtype) -
     check_params(params)
     dims = check_dims(inputs.query.shape, inputs.key.shape, inputs.value.shape)
     q = _as_compute(promote_to_4d(inputs.query), dtype)
-    k = _as_compute(promote_to_4d(inputs.key), dtype)
-    v = _as_compute(promote_to_4d(inputs.value), dtype)
+    k = _as_operand(promote_to_4d(inputs.key), dtype)
+    v = _as_operand(promote_to_4d(inputs.value), dtype)
     target = dims.weights_shape
     keep, raw_bias = split_mask(inputs.mask, target)
     causal_only = keep is None and raw_bias is None and inputs.key_lengths is None and params.causal is not None

@@ -118,7 +118,10 @@ def retention_of(options: SessionOptions, start: bool) -> Retention:
     if not start:
         for name in ("window", "sinks"):
             if getattr(options, name) is not None:
-                raise invalid(f"parameter {name!r} is set at a sequence's start (sequence_start), not on a later step")
+                raise invalid(
+                    f"parameter {name!r} is set at a sequence's start (sequence_start, or /v1's \"start\"), not on a "
+                    "later step"
+                )
         return Retention()
     if options.window is None:
         if options.sinks is not None:

@@ -35,6 +35,8 @@ from service.dataplane.sessions.cache import KVCache, Layout, Retention
 
 SequenceId = int | str
 Key = tuple[str, SequenceId]
+START_WORDS = 'sequence_start=true, or "start": true on /v1'
+"""How a refusal says to start a sequence, in the words of both forms."""
 GONE_REMEMBERED = 4096
 """How many ended or evicted sequences are remembered, for the words of their next step's refusal."""
 
@@ -117,11 +119,10 @@ class SessionStore:
         """Why a step of a sequence that is not live is refused: never started, ended or evicted (and when)."""
         name = describe(sequence_id)
         gone = self.gone.get((caller, sequence_id))
-        restart = "; start it again with sequence_start"
+        restart = f"; start it again ({START_WORDS})"
         if gone is None:
             return invalid(
-                f"{name} is not live: it was never started on this server (send its first step with "
-                "sequence_start=true)",
+                f"{name} is not live: it was never started on this server ({START_WORDS} on its first step)",
                 "sequence_id",
             )
         ago = self.clock() - gone.at
@@ -176,7 +177,8 @@ class SessionStore:
                 elif self.per_caller.get(caller, 0) >= self.max_per_key:
                     raise unavailable(
                         f"this caller holds {self.max_per_key} live sessions, the most one API key may hold "
-                        "(ATTN_SESSION_MAX_PER_KEY); end one (sequence_end) or let it idle out "
+                        "(ATTN_SESSION_MAX_PER_KEY); end one (sequence_end, or DELETE /v1/sessions/{id}) or let it "
+                        "idle out "
                         f"({self.idle_s:g} s)",
                         self.share.retry_after_s,
                     )

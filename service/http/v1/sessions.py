@@ -24,7 +24,7 @@ from service.http.callers import request_caller
 from service.http.codecs.tensors import encode_tensor
 from service.http.responses import json_bytes
 from service.http.routing import operation_id
-from service.http.v1.common import PROBLEM_RESPONSES, Route, answer, json_route, optional_tensor, parsed
+from service.http.v1.common import Route, answer, json_route, optional_tensor, parsed
 from service.http.v1.session_schemas import SessionEndResponse, SessionStepRequest, SessionStepResponse
 
 STEP_TENSORS = ("query", "key", "value", "mask")
@@ -153,7 +153,12 @@ def routes(plane: DataPlane) -> list[APIRoute]:
         tags=["sessions"],
         generate_unique_id_function=operation_id,  # "delete_session", not FastAPI's path-derived id
         response_model=SessionEndResponse,
-        responses={404: PROBLEM_RESPONSES[413] | {"description": "No such live session"}},
+        responses={
+            404: {
+                "description": "No such live session (never started, ended or evicted: the detail says which)",
+                "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+            }
+        },
         summary="End an attention session",
     )
     return [step, delete]
