@@ -47,3 +47,11 @@ def test_serve_exits_2_naming_the_typo() -> None:
     )
     assert done.returncode == 2, done.stderr
     assert "ATTN_MAX_CONCURENT_REQUESTS is not a setting (did you mean ATTN_MAX_CONCURRENT_REQUESTS?)" in done.stderr
+
+
+def test_sessions_with_several_workers_are_refused_at_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A session's cache lives in one worker: ATTN_SESSIONS=true with ATTN_WORKERS > 1 cannot be honoured."""
+    with pytest.raises(ValueError, match="ATTN_SESSIONS=true needs ATTN_WORKERS=1"):
+        Settings(workers=2, sessions=True, metrics_dir=tmp_path)
+    assert not Settings(workers=2, metrics_dir=tmp_path).sessions_served()  # unset: off with several workers
+    assert Settings().sessions_served()

@@ -208,6 +208,16 @@ def test_the_workers_flag_serves_rest_and_grpc_and_replaces_a_killed_worker(tmp_
         for pid in pids:  # each worker warmed its engines before it took connections
             assert f"worker {pid}: engines started; taking connections" in log_text, log_text[-3000:]
         assert answers_both(url, target)
+        # Sessions are off with several workers (a cache lives in one process): said per request and in metadata.
+        assert "sequence" not in httpx.get(f"{url}/v2").json()["extensions"]
+        step = {
+            "parameters": {"sequence_id": 1, "sequence_start": True},
+            "inputs": [
+                {"name": n, "shape": [1, 2], "datatype": "FP32", "data": [1.0, 0.0]} for n in ("query", "key", "value")
+            ],
+        }
+        refused = httpx.post(f"{url}/v2/models/attention_session/infer", json=step)
+        assert refused.status_code == 400 and "several worker processes" in refused.json()["error"], refused.text
         for victim in sorted(pids):
             os.kill(victim, signal.SIGKILL)
             took = wait_for(lambda: answers_both(url, target), 5, proc)
