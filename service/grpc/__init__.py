@@ -4,6 +4,7 @@ Layout:
 
 - ``server``: :class:`~service.grpc.server.GrpcServer`, the server with health checking and reflection;
 - ``service``: the servicer's calls, the protocol's six and Triton's ``ModelStatistics``;
+- ``stream``: Triton's ``ModelStreamInfer``, a stream of inference requests on one call, each answered in order;
 - ``calls``: what every call goes through (API key, request id, status, metrics, access log);
 - ``guard``: what a call passes before its message is read (its class's cap), and its message read under a
   deadline;

@@ -1,5 +1,5 @@
-"""``inference.GRPCInferenceService``: the Open Inference Protocol's six calls and Triton's ``ModelStatistics``,
-answered by the data plane.
+"""``inference.GRPCInferenceService``: the Open Inference Protocol's six calls, Triton's ``ModelStreamInfer``
+(:mod:`service.grpc.stream`) and ``ModelStatistics``, answered by the data plane.
 
 The models, their inputs, outputs and parameters, the diagnostics in the response parameters, the
 messages of every refusal: all are the data plane's, the same as /v2 over REST. Every call passes
@@ -35,6 +35,7 @@ from service.grpc.calls import SERVICE, Calls, Handler
 from service.grpc.codecs import GRPC_CODEC, named_model
 from service.grpc.generated import inference_pb2 as pb
 from service.grpc.guard import INFERENCE, PROBES, CallClass, Message, Reading
+from service.grpc.stream import StreamInfer
 
 
 class InferenceService:
@@ -45,9 +46,10 @@ class InferenceService:
         self.metrics = calls.metrics
         self.calls = calls
         self.reading = reading
+        self.stream = StreamInfer(plane.door, plane.body_share, plane.runtime, calls)
 
     def handlers(self) -> dict[str, grpc.RpcMethodHandler]:
-        """The seven methods' handlers, by name (and the refusals of the extensions not served)."""
+        """The eight methods' handlers, by name (and the refusals of the extensions not served)."""
         methods: list[tuple[str, CallClass, type[Protobuf], type[Protobuf], Handler]] = [
             ("ServerLive", PROBES, pb.ServerLiveRequest, pb.ServerLiveResponse, self.ServerLive),
             ("ServerReady", PROBES, pb.ServerReadyRequest, pb.ServerReadyResponse, self.ServerReady),
@@ -67,6 +69,15 @@ class InferenceService:
             name: self.calls.handler(f"/{SERVICE}/{name}", cls, request, response, self.reading, fn)
             for name, cls, request, response, fn in methods
         }
+        handlers["ModelStreamInfer"] = self.calls.handler(
+            f"/{SERVICE}/ModelStreamInfer",
+            INFERENCE,  # counts against the inference calls' cap for as long as it is open
+            pb.ModelInferRequest,
+            pb.ModelStreamInferResponse,
+            self.reading,
+            self.stream.serve,
+            streaming=True,
+        )
         for extension in UNSUPPORTED:  # UNIMPLEMENTED, naming the extension; the message is never read
             for name in extension.grpc:
                 handlers[name] = self.calls.refusal(f"/{SERVICE}/{name}", extension.message())

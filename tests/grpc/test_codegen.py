@@ -32,6 +32,7 @@ def test_the_service_is_the_protocols() -> None:
         "ServerMetadata",
         "ModelMetadata",
         "ModelInfer",
+        "ModelStreamInfer",
         "ModelStatistics",
     ]
     fields = {f.name: f.number for f in pb.ModelInferRequest.DESCRIPTOR.fields}
@@ -48,10 +49,10 @@ def test_the_service_is_the_protocols() -> None:
     assert params == {"bool_param": 1, "int64_param": 2, "string_param": 3, "double_param": 4, "uint64_param": 5}
 
 
-def test_the_statistics_messages_are_tritonclients() -> None:
-    """ModelStatistics' messages: every field as tritonclient's stubs have it (name, number, type), so its
-    ``get_inference_statistics()`` reads the answer; tritonclient's newer fields (memory usage, response
-    statistics) are left out.
+def test_the_statistics_and_stream_messages_are_tritonclients() -> None:
+    """ModelStatistics' and ModelStreamInfer's messages: every field as tritonclient's stubs have it (name, number,
+    type), so its ``get_inference_statistics()`` and its stream read the answers; tritonclient's newer statistics
+    fields (memory usage, response statistics) are left out.
     """
     from tritonclient.grpc import service_pb2 as triton
 
@@ -64,6 +65,7 @@ def test_the_statistics_messages_are_tritonclients() -> None:
         }
 
     for name in (
+        "ModelStreamInferResponse",
         "ModelStatisticsRequest",
         "ModelStatisticsResponse",
         "ModelStatistics",
@@ -74,5 +76,10 @@ def test_the_statistics_messages_are_tritonclients() -> None:
         ours, theirs = fields(getattr(pb, name)), fields(getattr(triton, name))
         assert ours == {k: theirs[k] for k in ours}, name
     assert set(fields(triton.ModelStatistics)) - set(fields(pb.ModelStatistics)) == {"memory_usage", "response_stats"}
-    method = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name["ModelStatistics"]
+    methods = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name
+    method = methods["ModelStatistics"]
     assert (method.input_type.name, method.output_type.name) == ("ModelStatisticsRequest", "ModelStatisticsResponse")
+    stream, theirs = methods["ModelStreamInfer"], triton.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    for method in (stream, theirs.methods_by_name["ModelStreamInfer"]):
+        assert (method.client_streaming, method.server_streaming) == (True, True)
+        assert (method.input_type.name, method.output_type.name) == ("ModelInferRequest", "ModelStreamInferResponse")

@@ -161,8 +161,9 @@ def test_reflection_lists_and_describes_the_services(server: GrpcServer) -> None
     from google.protobuf import descriptor_pb2
 
     file = descriptor_pb2.FileDescriptorProto.FromString(answers[1].file_descriptor_response.file_descriptor_proto[0])
-    assert file.package == "inference" and [m.name for m in file.service[0].method][-2:] == [
+    assert file.package == "inference" and [m.name for m in file.service[0].method][-3:] == [
         "ModelInfer",
+        "ModelStreamInfer",
         "ModelStatistics",
     ]
 

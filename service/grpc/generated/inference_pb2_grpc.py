@@ -65,6 +65,11 @@ class GRPCInferenceServiceStub:
                 request_serializer=inference__pb2.ModelInferRequest.SerializeToString,
                 response_deserializer=inference__pb2.ModelInferResponse.FromString,
                 _registered_method=True)
+        self.ModelStreamInfer = channel.stream_stream(
+                '/inference.GRPCInferenceService/ModelStreamInfer',
+                request_serializer=inference__pb2.ModelInferRequest.SerializeToString,
+                response_deserializer=inference__pb2.ModelStreamInferResponse.FromString,
+                _registered_method=True)
         self.ModelStatistics = channel.unary_unary(
                 '/inference.GRPCInferenceService/ModelStatistics',
                 request_serializer=inference__pb2.ModelStatisticsRequest.SerializeToString,
@@ -117,6 +122,13 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelStreamInfer(self, request_iterator, context):
+        """Run a stream of inference requests: each is answered on the stream, in order (Triton's ModelStreamInfer).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ModelStatistics(self, request, context):
         """The cumulative inference statistics of one model, or of every model (the statistics extension).
         """
@@ -156,6 +168,11 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelInfer,
                     request_deserializer=inference__pb2.ModelInferRequest.FromString,
                     response_serializer=inference__pb2.ModelInferResponse.SerializeToString,
+            ),
+            'ModelStreamInfer': grpc.stream_stream_rpc_method_handler(
+                    servicer.ModelStreamInfer,
+                    request_deserializer=inference__pb2.ModelInferRequest.FromString,
+                    response_serializer=inference__pb2.ModelStreamInferResponse.SerializeToString,
             ),
             'ModelStatistics': grpc.unary_unary_rpc_method_handler(
                     servicer.ModelStatistics,
@@ -325,6 +342,33 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/ModelInfer',
             inference__pb2.ModelInferRequest.SerializeToString,
             inference__pb2.ModelInferResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStreamInfer(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/inference.GRPCInferenceService/ModelStreamInfer',
+            inference__pb2.ModelInferRequest.SerializeToString,
+            inference__pb2.ModelStreamInferResponse.FromString,
             options,
             channel_credentials,
             insecure,
