@@ -47,7 +47,7 @@ import grpc
 from google.protobuf.message import Message as Protobuf
 from grpc import aio
 
-from service.dataplane.auth import MISSING_KEY, WRONG_KEY, ApiKeys, presented_key
+from service.dataplane.auth import MISSING_KEY, WRONG_KEY, ApiKeys, caller_of, presented_key
 from service.dataplane.errors import (
     ANSWERABLE,
     OIP_REMEDY_WORDS,
@@ -112,6 +112,16 @@ def request_id(metadata: dict[str, str]) -> str:
     if 0 < len(incoming) <= 128 and set(incoming) <= REQUEST_ID_PATTERN_CHARS:
         return incoming
     return os.urandom(16).hex()
+
+
+def call_caller(keys: ApiKeys | None, context: aio.ServicerContext) -> str:
+    """Who a call is, for what it owns (its attention sessions): :func:`~service.dataplane.auth.caller_of` of the key
+    in its metadata (checked before its message was read), "" without keys.
+    """
+    if keys is None:
+        return ""
+    metadata = {key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)}
+    return caller_of(keys, presented_key(metadata.get("authorization"), metadata.get("x-api-key")))
 
 
 def check_key(keys: ApiKeys | None, metadata: dict[str, str]) -> None:

@@ -28,10 +28,10 @@ from grpc import aio
 from service import __version__
 from service.dataplane.door import Call
 from service.dataplane.inference import InferRequest, InferResult
-from service.dataplane.models import EXTENSIONS, SERVER_NAME, find_model
+from service.dataplane.models import SERVER_NAME, find_model, server_extensions
 from service.dataplane.models.unsupported import UNSUPPORTED
 from service.dataplane.plane import DataPlane
-from service.grpc.calls import SERVICE, Calls, Handler
+from service.grpc.calls import SERVICE, Calls, Handler, call_caller
 from service.grpc.codecs import GRPC_CODEC, named_model
 from service.grpc.generated import inference_pb2 as pb
 from service.grpc.guard import INFERENCE, PROBES, CallClass, Message, Reading
@@ -46,7 +46,14 @@ class InferenceService:
         self.metrics = calls.metrics
         self.calls = calls
         self.reading = reading
-        self.stream = StreamInfer(plane.door, plane.body_share, plane.runtime, calls)
+        self.stream = StreamInfer(
+            plane.door,
+            plane.body_share,
+            plane.runtime,
+            calls,
+            keys=plane.api_keys,
+            sessions=plane.sessions if plane.settings.session_end_with_stream else None,
+        )
 
     def handlers(self) -> dict[str, grpc.RpcMethodHandler]:
         """The eight methods' handlers, by name (and the refusals of the extensions not served)."""
@@ -90,7 +97,9 @@ class InferenceService:
         return pb.ServerReadyResponse(ready=self.plane.runtime.not_ready_reason() is None)
 
     async def ServerMetadata(self, message: Message[Any], context: aio.ServicerContext) -> pb.ServerMetadataResponse:
-        return pb.ServerMetadataResponse(name=SERVER_NAME, version=__version__, extensions=EXTENSIONS)
+        return pb.ServerMetadataResponse(
+            name=SERVER_NAME, version=__version__, extensions=server_extensions(self.plane.sessions is not None)
+        )
 
     async def ModelReady(self, message: Message[Any], context: aio.ServicerContext) -> pb.ModelReadyResponse:
         request: pb.ModelReadyRequest = await message.read()
@@ -116,6 +125,7 @@ class InferenceService:
             codec=GRPC_CODEC,
             named_by=named_model,
             deadline_s=context.time_remaining(),
+            caller=call_caller(self.plane.api_keys, context),
         )
         return await self.plane.door.serve(call)
 

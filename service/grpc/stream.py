@@ -36,6 +36,7 @@ from typing import Any
 
 from grpc import aio
 
+from service.dataplane.auth import ApiKeys
 from service.dataplane.door import Call, Door
 from service.dataplane.errors import (
     ANSWERABLE,
@@ -48,9 +49,11 @@ from service.dataplane.errors import (
 )
 from service.dataplane.inference import InferRequest, InferResult
 from service.dataplane.memory import BudgetShare, MemoryLease
+from service.dataplane.models.base import SESSION_MODEL
 from service.dataplane.runtime import Runtime
-from service.grpc.calls import SERVICE, STATUS, STOPPING_MESSAGE, Calls
-from service.grpc.codecs import GRPC_CODEC, named_model
+from service.dataplane.sessions.store import SessionStore
+from service.grpc.calls import SERVICE, STATUS, STOPPING_MESSAGE, Calls, call_caller
+from service.grpc.codecs import GRPC_CODEC, named_model, parameter_value
 from service.grpc.generated import inference_pb2 as pb
 from service.grpc.guard import EndOfMessages, Message, MessageTimeout
 
@@ -65,13 +68,15 @@ class Stream:
     cancels, a status ends it, the server stops).
     """
 
-    __slots__ = ("answered", "ended", "ending")
+    __slots__ = ("answered", "ended", "ending", "sequences")
 
     def __init__(self) -> None:
         self.ending: list[Callable[[], None]] = []
         self.ended = False
         self.answered = 0
         """The messages answered so far."""
+        self.sequences: set[int | str] = set()
+        """The sequences whose steps it carried that end with it (``ATTN_SESSION_END_WITH_STREAM``)."""
 
     def on_end(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` once when the stream ends (at once if it has ended). It runs on the event loop, in the
@@ -95,7 +100,20 @@ class Stream:
 class StreamInfer:
     """``ModelStreamInfer`` on one data plane (module docstring); :meth:`serve` is the method's work."""
 
-    def __init__(self, door: Door, body_share: BudgetShare, runtime: Runtime, calls: Calls) -> None:
+    def __init__(
+        self,
+        door: Door,
+        body_share: BudgetShare,
+        runtime: Runtime,
+        calls: Calls,
+        *,
+        keys: ApiKeys | None = None,
+        sessions: SessionStore | None = None,
+    ) -> None:
+        self.keys = keys
+        self.sessions = sessions
+        """The plane's sessions where a stream's end ends the sequences it stepped (``ATTN_SESSION_END_WITH_STREAM``),
+        else None."""
         self.door = door
         self.body_share = body_share
         self.runtime = runtime
@@ -128,6 +146,7 @@ class StreamInfer:
     async def serve(self, message: Message[Any], context: aio.ServicerContext) -> None:
         """Read, answer and write each message of the stream, in order, until the client half-closes."""
         stream = Stream()
+        caller = call_caller(self.keys, context)
         try:
             while True:
                 if self.runtime.stopping:
@@ -139,7 +158,7 @@ class StreamInfer:
                     except EndOfMessages:
                         return  # the client half-closed: the stream ends, OK
                     t0 = time.perf_counter()
-                    answer, status = await self.answer(stream, request, message.nbytes, lease, context)
+                    answer, status = await self.answer(stream, request, message.nbytes, lease, context, caller)
                 finally:
                     if lease.held:  # not taken over by the door (refused before): freed here
                         self.door.trimmer.release_after(lease.held)
@@ -192,6 +211,7 @@ class StreamInfer:
         nbytes: int,
         held: MemoryLease,
         context: aio.ServicerContext,
+        caller: str = "",
     ) -> tuple[pb.ModelStreamInferResponse, str]:
         """The answer to one message of ``stream``, through the door, and its status's name: the model's response,
         or the request's refusal in Triton's per-message form. ``held``: the message's bytes, handed to the door.
@@ -211,6 +231,7 @@ class StreamInfer:
             codec=GRPC_CODEC,
             named_by=named_model,
             deadline_s=context.time_remaining(),
+            caller=caller,
         )
         try:
             response = await self.door.serve(call)
@@ -218,7 +239,25 @@ class StreamInfer:
             error = as_service_error(exc)
             assert error is not None
             return refusal(error, request.id), STATUS[error.kind].name
+        self.follow(stream, request, caller)
         return pb.ModelStreamInferResponse(infer_response=response), "OK"
+
+    def follow(self, stream: Stream, request: pb.ModelInferRequest, caller: str) -> None:
+        """With ``ATTN_SESSION_END_WITH_STREAM``, the sequence a step on ``stream`` named ends with the stream (once
+        the stream ends; a sequence with a step in flight elsewhere then is left to its end or idle time).
+        """
+        sessions = self.sessions
+        if sessions is None or request.model_name != SESSION_MODEL or "sequence_id" not in request.parameters:
+            return
+        sequence_id = parameter_value(request.parameters["sequence_id"])
+        if not isinstance(sequence_id, int | str) or isinstance(sequence_id, bool) or sequence_id in stream.sequences:
+            return
+        stream.sequences.add(sequence_id)
+
+        def end() -> None:
+            sessions.end_idle(caller, sequence_id, "stream_closed")
+
+        stream.on_end(end)
 
     def log(self, status: str, number: int, seconds: float) -> None:
         """An access line for each message answered (the stream's own comes when it ends, as a call's)."""

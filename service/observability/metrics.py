@@ -33,6 +33,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from service.dataplane.sessions.store import EVICTION_REASONS
 from service.observability.multiproc import check_metrics_room
 from service.observability.statistics import LAST_SUCCESS, PHASE_NAMES, PHASES, REQUESTS, ModelTotals, read_totals
 
@@ -221,12 +222,13 @@ class ServiceMetrics:
         self.session_evictions = Counter(
             "attn_session_evictions",
             "Sessions that went without an end: idle (ATTN_SESSION_IDLE_S), pressure (evicted, least recently "
-            "used, for another cache's room), restarted (a start on a live id).",
+            "used, for another cache's room), restarted (a start on a live id), stream_closed (the gRPC stream that "
+            "carried it closed, ATTN_SESSION_END_WITH_STREAM).",
             ["reason"],
             registry=r,
         )
         self.session_steps = Counter("attn_session_steps", "Session steps answered.", registry=r)
-        for reason in ("idle", "pressure", "restarted"):
+        for reason in EVICTION_REASONS:
             self.session_evictions.labels(reason)
         self._request_children: dict[tuple[str, str, str, str, int | str], tuple[Any, Any, Any, Any]] = {}
         self._compute: dict[tuple[str, str, str, str], Any] = {}

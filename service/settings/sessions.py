@@ -40,6 +40,12 @@ class SessionSettings(BaseModel):
         "RESOURCE_EXHAUSTED). A session started with a window (StreamingLLM's sinks plus window) never grows past "
         "sinks + window.",
     )
+    session_end_with_stream: bool = Field(
+        False,
+        description="End a sequence when a gRPC ModelStreamInfer stream that carried its steps closes, however it "
+        "closes (the client's end, a cancel, a lost connection). Off: a sequence outlives its stream, as in Triton, "
+        "until its end, its idle time or its eviction.",
+    )
     session_max_per_key: int = Field(
         1024,
         ge=1,

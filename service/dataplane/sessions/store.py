@@ -35,6 +35,8 @@ from service.dataplane.sessions.cache import KVCache, Layout, Retention
 
 SequenceId = int | str
 Key = tuple[str, SequenceId]
+EVICTION_REASONS = ("idle", "pressure", "restarted", "stream_closed")
+"""Why a session went without its own end (the metrics' ``reason``)."""
 START_WORDS = 'sequence_start=true, or "start": true on /v1'
 """How a refusal says to start a sequence, in the words of both forms."""
 GONE_REMEMBERED = 4096
@@ -77,7 +79,7 @@ class Gone:
     """Why a sequence is no longer live, and when."""
 
     reason: str
-    """``ended``, ``idle``, ``pressure`` (evicted for another cache's room) or ``restarted``."""
+    """``ended``, ``idle``, ``pressure`` (evicted for another cache's room), ``restarted`` or ``stream_closed``."""
     at: float
     idle_s: float
 
@@ -128,6 +130,12 @@ class SessionStore:
         ago = self.clock() - gone.at
         if gone.reason == "ended":
             return invalid(f"{name} has ended ({ago:.1f} s ago){restart}", "sequence_id")
+        if gone.reason == "stream_closed":
+            return invalid(
+                f"{name} ended {ago:.1f} s ago when the gRPC stream that carried it closed "
+                f"(ATTN_SESSION_END_WITH_STREAM){restart}",
+                "sequence_id",
+            )
         if gone.reason == "idle":
             why = f"after {gone.idle_s:.1f} s without a step (ATTN_SESSION_IDLE_S)"
         else:  # pressure
@@ -237,6 +245,18 @@ class SessionStore:
                 self._drop(session, "ended")
         self._changed()
 
+    def end_idle(self, caller: str, sequence_id: SequenceId, reason: str) -> bool:
+        """End a live sequence now unless a step of it is in flight (a gRPC stream that carried it closed:
+        ``reason`` ``stream_closed``); whether it ended.
+        """
+        with self._lock:
+            session = self.sessions.get((caller, sequence_id))
+            if session is None or session.in_flight:
+                return False
+            self._drop(session, reason)
+        self._changed()
+        return True
+
     def _drop(self, session: Session, reason: str | None) -> None:
         """Remove a live session (the store's lock held); remembered as gone for ``reason`` (None: forgotten)."""
         session.live = False
@@ -253,7 +273,7 @@ class SessionStore:
             self.gone.move_to_end(key)
             while len(self.gone) > GONE_REMEMBERED:
                 self.gone.popitem(last=False)
-        if reason in ("idle", "pressure", "restarted") and self.observer is not None:
+        if reason in EVICTION_REASONS and self.observer is not None:
             self.observer.session_evicted(reason)
 
     def _evict_one_idle(self, keep: Key) -> bool:
