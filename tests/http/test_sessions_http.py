@@ -296,3 +296,26 @@ def test_the_v1_form_starts_steps_and_ends_a_session(client: TestClient) -> None
     # a path of digits names the integer id that tritonclient's sequence_id=12 names
     assert client.post("/v1/sessions/12/steps", json=body).status_code == 200
     assert outputs(infer(client, step(np.random.default_rng(0), e=2), sequence_id=12))["cache_length"].tolist() == [2]
+
+
+def test_concurrent_steps_of_one_sequence_run_one_at_a_time(client: TestClient) -> None:
+    """Eight steps sent at once: each sees a distinct cache (one at a time), and each equals the stateless
+    attention over the prefix in the order they ran (read from their cache lengths).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(10)
+    first = step(rng)
+    outputs(infer(client, first, sequence_id="together", sequence_start=True))
+    steps = [step(rng) for _ in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda arrays: outputs(infer(client, arrays, sequence_id="together")), steps))
+    lengths = [int(a["cache_length"][0]) for a in answers]
+    assert sorted(lengths) == list(range(2, 10))
+    order = sorted(range(8), key=lambda i: lengths[i])
+    keys, values = [first["key"]], [first["value"]]
+    for i in order:
+        keys.append(steps[i]["key"])
+        values.append(steps[i]["value"])
+        want = stateless(steps[i]["query"], np.concatenate(keys, 2), np.concatenate(values, 2), None, "softmax")[0]
+        np.testing.assert_allclose(answers[i]["output"], want, rtol=2e-6, atol=2e-7)
