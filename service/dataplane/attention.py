@@ -137,10 +137,18 @@ def checked_task(
 
 
 def engine_admission(
-    ctx: Context, dims: Dims, returned: Collection[str], precision: str, encoding: str, lease: MemoryLease
+    ctx: Context,
+    dims: Dims,
+    returned: Collection[str],
+    precision: str,
+    encoding: str,
+    lease: MemoryLease,
+    *,
+    cached_keys: bool = False,
 ) -> Admit:
     """The dispatcher's check of each candidate engine: its own work and memory estimates against the
-    limits (a reason when over), and, when it fits, its memory reserved on the request's lease.
+    limits (a reason when over), and, when it fits, its memory reserved on the request's lease
+    (``cached_keys``: the keys and values are a session's cache, already held on its share).
     """
     response = budget.attention_response_bytes(dims, returned, precision, encoding)
 
@@ -148,7 +156,7 @@ def engine_admission(
         cost = engine.cost(task) if costed(engine) and isinstance(task, AttentionTask) else None
         if cost is None:
             return None
-        memory = budget.attention_memory(cost, dims, precision, response)
+        memory = budget.attention_memory(cost, dims, precision, response, cached_keys=cached_keys)
         reason = budget.check(ctx.budget, cost.work_flops, response, memory)
         if reason is None:
             lease.reserve(memory)

@@ -230,13 +230,18 @@ def backward_graph_memory(graph: str, dims: Dims, precision: str, response_bytes
     return 3 * inputs + int(cost.scores(dims) * per_score) + response_bytes
 
 
-def attention_memory(engine_cost: cost.Cost, dims: Dims, precision: str, response_bytes: int) -> int:
+def attention_memory(
+    engine_cost: cost.Cost, dims: Dims, precision: str, response_bytes: int, *, cached_keys: bool = False
+) -> int:
     """Peak bytes of one attention request on an engine: the inputs in the compute dtype (the engine may
-    copy them once more), the engine's own peak, per-row diagnostics and the response body.
+    copy them once more), the engine's own peak, per-row diagnostics and the response body. ``cached_keys``: the
+    keys and values are a session's cache, held on the caches' own share: only an engine's copy of them counts.
     """
     itemsize = 4 if precision == "float32" else 8
-    inputs = (dims.B * dims.Hq * dims.L * dims.E + dims.B * dims.Hkv * dims.S * (dims.E + dims.Ev)) * itemsize
-    return 2 * inputs + engine_cost.peak_bytes + dims.B * dims.Hq * dims.L * 8 * 8 + response_bytes
+    queries = dims.B * dims.Hq * dims.L * dims.E * itemsize
+    keys = dims.B * dims.Hkv * dims.S * (dims.E + dims.Ev) * itemsize
+    inputs = 2 * queries + (1 if cached_keys else 2) * keys
+    return inputs + engine_cost.peak_bytes + dims.B * dims.Hq * dims.L * 8 * 8 + response_bytes
 
 
 SAMPLE_NS_PER_LOGIT = 25.0

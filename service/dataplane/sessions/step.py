@@ -203,7 +203,9 @@ def prepare_step(ctx: Context, step: SessionStep, timing: Timing) -> Job[StepOut
             try:
                 task, n = _task(query, cache.view(), mask, params, dtype, returned)
                 run_dims = Dims(dims.B, dims.Hq, dims.Hkv, dims.L, n, dims.E, dims.Ev)
-                admit = engine_admission(ctx, run_dims, returned, step.precision, step.encoding, lease)
+                admit = engine_admission(
+                    ctx, run_dims, returned, step.precision, step.encoding, lease, cached_keys=True
+                )
                 result, choice = ctx.run_engine("attention_session", task, options.engine, admit)
                 assert isinstance(result, AttentionResult)
                 timing.phase("compute")
