@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.core.attention import Dims
-from service.core.backward import BackwardResult, BackwardTask
+from service.core.backward import BackwardResult, BackwardTask, head_importance
 from service.core.types import AttentionInputs, AttentionTask
 from service.dataplane import budget
 from service.dataplane.attention import checked_task
@@ -25,7 +25,9 @@ from service.engines.base import Engine, EngineChoice, runs_graphs
 from service.engines.dispatch import Admit
 
 TENSOR_RESULTS = ("grad_query", "grad_key", "grad_value", "grad_mask", "output", "weights")
-"""The results that are arrays (``grad_scale`` and ``grad_temperature`` are numbers)."""
+"""The core's results that are arrays (``grad_scale`` and ``grad_temperature`` are numbers)."""
+HEAD_IMPORTANCE = "head_importance"
+"""``(B, H)``: :func:`service.core.backward.head_importance`, from the forward output and ``grad_output``."""
 TIMING_ORDER = ("decode", "compute", "encode")
 
 
@@ -37,6 +39,7 @@ class BackwardOutcome:
     want: frozenset[str]
     engine: EngineChoice
     timing: Timing
+    head_importance: np.ndarray | None = None
 
 
 def graph_admission(
@@ -86,12 +89,14 @@ def backward(
     float mask to differentiate).
     """
     want = frozenset(returned)
+    importance = HEAD_IMPORTANCE in want
+    core_want = (want - {HEAD_IMPORTANCE}) | ({"output"} if importance else set())
     checked = checked_task(
         ctx,
         inputs,
         options,
         precision=precision,
-        returned=want,
+        returned=core_want,
         encoding=encoding,
         estimate=budget.backward_estimate,
         memory=budget.backward_memory,
@@ -109,19 +114,25 @@ def backward(
         task=checked.task,
         grad_output=finite_as(grad_output, dtype, "grad_output"),
         grad_weights=None if grad_weights is None else finite_as(grad_weights, dtype, "grad_weights"),
-        want=want,
+        want=core_want,
         vanishing_threshold=ctx.vanishing_threshold,
     )
     dims = checked.dims
-    memory = budget.backward_memory(dims, want, precision, checked.response_bytes)
+    memory = budget.backward_memory(dims, core_want, precision, checked.response_bytes)
     timing.phase("decode")
 
     def run(lease: MemoryLease) -> BackwardOutcome:
         timing.skip()
-        admit = graph_admission(ctx, dims, want, precision, (checked.flops, checked.response_bytes), lease)
+        admit = graph_admission(ctx, dims, core_want, precision, (checked.flops, checked.response_bytes), lease)
         result, choice = ctx.run_engine("attention_backward", bt, options.engine, admit)
         assert isinstance(result, BackwardResult)
         timing.phase("compute")
-        return BackwardOutcome(result, want, choice, timing)
+        scores = None
+        if importance:
+            assert result.output is not None
+            scores = head_importance(result.output, bt.grad_output)
+            if "output" not in want:
+                result.output = None
+        return BackwardOutcome(result, want, choice, timing, scores)
 
     return Job(checked.flops, checked.response_bytes, memory, run)

@@ -37,7 +37,8 @@ extra memory is a few chunk-sized temporaries per thread.
 
 Layout:
 
-- ``health``: :func:`jacobian_norms` per row and their per-head summary :func:`gradient_health`.
+- ``health``: :func:`jacobian_norms` per row and their per-head summary :func:`gradient_health`;
+- ``importance``: :func:`head_importance` per (batch, head), from the output and its upstream gradient.
 - ``task``: :class:`BackwardTask`, :class:`BackwardResult`, what may be returned, the upstream gradients' checks.
 - ``run``: :func:`run_backward`, the backward pass on numpy.
 """
@@ -45,6 +46,7 @@ Layout:
 from __future__ import annotations
 
 from service.core.backward.health import DEFAULT_VANISHING_THRESHOLD, GradientHealth, gradient_health, jacobian_norms
+from service.core.backward.importance import head_importance
 from service.core.backward.run import run_backward
 from service.core.backward.task import (
     BACKWARD_RETURNS,
@@ -66,6 +68,7 @@ __all__ = [
     "GradientHealth",
     "checked_gradient",
     "gradient_health",
+    "head_importance",
     "jacobian_norms",
     "run_backward",
     "sum_to_shape",

@@ -165,7 +165,7 @@ def _prepare_backward(ctx: Context, request: InferRequest, timing: Timing) -> Jo
         result = out.result
         outputs = []
         for name in wanted:
-            arr = getattr(result, name)
+            arr = out.head_importance if name == backward_op.HEAD_IMPORTANCE else getattr(result, name)
             assert arr is not None
             outputs.append((name, np.ascontiguousarray(arr)))
         timing.phase("encode")
@@ -204,6 +204,13 @@ ATTENTION_BACKWARD = Model(
         TensorSpec("grad_mask", FLOAT, min_rank=1, description="a float mask's shape; only when requested"),
         TensorSpec("output", FLOAT, description="the forward output; only when requested"),
         TensorSpec("weights", FLOAT, description="the forward weights; only when requested"),
+        TensorSpec(
+            "head_importance",
+            FLOAT,
+            min_rank=2,
+            max_rank=2,
+            description="(B, H): |sum of grad_output * output| per batch entry and query head; only when requested",
+        ),
     ),
     default_outputs=("grad_query", "grad_key", "grad_value"),
     parameters=BACKWARD_PARAMETERS,

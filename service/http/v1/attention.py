@@ -84,6 +84,8 @@ def backward_body(out: backward_op.BackwardOutcome, encoding: str) -> bytes:
     if "gradient_health" in want and result.gradient_health is not None:
         health = result.gradient_health
         body["gradient_health"] = {"threshold": health.threshold, "heads": health.heads()}
+    if out.head_importance is not None:
+        body["head_importance"] = encode_tensor(out.head_importance, encoding)
     out.timing.phase("encode")
     body["engine"] = engine_body(out)
     body["timing_ms"] = out.timing.ms(backward_op.TIMING_ORDER)

@@ -29,6 +29,7 @@ BackwardReturnName = Literal[
     "output",
     "weights",
     "gradient_health",
+    "head_importance",
 ]
 
 DEFAULT_BACKWARD_RETURNS: tuple[BackwardReturnName, ...] = ("grad_query", "grad_key", "grad_value")
@@ -53,7 +54,7 @@ class AttentionBackwardRequest(AttentionRequest):
     return_: list[BackwardReturnName] = Field(  # type: ignore[assignment]
         default_factory=lambda: list(DEFAULT_BACKWARD_RETURNS),
         alias="return",
-        max_length=9,
+        max_length=10,
         description="What to return; grad_mask needs a float mask.",
     )
 
@@ -70,6 +71,11 @@ class AttentionBackwardResponse(BaseModel):
     output: OutTensor | None = None
     weights: OutTensor | None = None
     gradient_health: GradientHealthReport | None = None
+    head_importance: OutTensor | None = Field(
+        None,
+        description="(B, H): |sum over rows and features of grad_output * output| per batch entry and query head "
+        "(Michel et al. 2019, per example and unnormalised).",
+    )
     engine: EngineInfo
     timing_ms: dict[str, float]
 
