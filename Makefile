@@ -38,7 +38,7 @@ check: $(VENV)/.installed-test
 	$(BIN)/mypy
 	$(BIN)/python clients/python/scripts/unasync.py --check
 
-# Rewrite the sync client (clients/python/attention_client/client.py) from the async one after editing it.
+# Rewrite the sync client modules (clients/python/attention_client/client.py, session.py) from the async ones after editing them.
 unasync:
 	$(PYTHON) clients/python/scripts/unasync.py
 

@@ -13,8 +13,16 @@ bad (a ragged list, text for numbers) raises :class:`ValidationError` before any
         r = client.attention(q, k, v, causal="top_left", normalizer="entmax15")
         r.output, r.weights, r.diagnostics["entropy"], r.engine.name, r.request_id
 
-``AsyncAttentionClient`` is the same client for ``asyncio`` (``client.py`` is generated from
-``async_client.py``). ``help(AttentionClient.attention)`` documents every parameter.
+``client.session()`` is an attention session (the server keeps a sequence's keys and values; each
+step sends only its new positions)::
+
+    with client.session("chat-1") as s:  # ended (its cache freed) when the block exits
+        r = s.step(q, k, v)               # the first step starts the sequence, later ones append
+        r.output, r.cache_length, r.positions_seen, r.diagnostics["sink_mass"]
+
+``AsyncAttentionClient`` (and its ``AsyncAttentionSession``) is the same for ``asyncio``
+(``client.py`` and ``session.py`` are generated from ``async_client.py`` and ``async_session.py``).
+``help(AttentionClient.attention)`` documents every parameter.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from attention_client._common import API_KEY_ENV, DEFAULT_URL
 from attention_client._version import __version__
 from attention_client._wire import decode_tensor, encode_tensor
 from attention_client.async_client import AsyncAttentionClient
+from attention_client.async_session import AsyncAttentionSession
 from attention_client.client import AttentionClient
 from attention_client.errors import (
     AuthenticationError,
@@ -42,6 +51,7 @@ from attention_client.results import (
     DefaultAttentionResult,
     DefaultBackwardResult,
     DefaultSampleResult,
+    DefaultSessionStepResult,
     EngineInfo,
     GradientHealth,
     HeadDiagnostics,
@@ -50,27 +60,33 @@ from attention_client.results import (
     SampleDiagnostics,
     SampleResult,
     ScoreStats,
+    SessionDiagnostics,
+    SessionStepResult,
     SoftmaxDiagnostics,
     SoftmaxResult,
     SweepRow,
     TokenLogprob,
 )
 from attention_client.retry import RetryPolicy
+from attention_client.session import AttentionSession
 
 __all__ = [
     "API_KEY_ENV",
     "DEFAULT_URL",
     "AnalyzeResult",
     "AsyncAttentionClient",
+    "AsyncAttentionSession",
     "AttentionClient",
     "AttentionDiagnostics",
     "AttentionResult",
+    "AttentionSession",
     "AuthenticationError",
     "BackwardResult",
     "CalibrateResult",
     "DefaultAttentionResult",
     "DefaultBackwardResult",
     "DefaultSampleResult",
+    "DefaultSessionStepResult",
     "EngineInfo",
     "GradientHealth",
     "HeadDiagnostics",
@@ -84,6 +100,8 @@ __all__ = [
     "ScoreStats",
     "ServerTimeoutError",
     "ServiceError",
+    "SessionDiagnostics",
+    "SessionStepResult",
     "SoftmaxDiagnostics",
     "SoftmaxResult",
     "SweepRow",

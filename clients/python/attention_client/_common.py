@@ -21,6 +21,9 @@ API_KEY_ENV = "ATTENTION_API_KEY"
 
 RETRYABLE_TRANSPORT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)
 """No answer came, and the request can be sent again (the service's operations are pure computations)."""
+UNSENT_TRANSPORT = (httpx.ConnectError, httpx.ConnectTimeout)
+"""No connection was made, so the request never reached the server: the only failures a session's step (which
+appends to the server's cache) may be sent again after."""
 
 
 def normalize_base_url(url: str) -> str:

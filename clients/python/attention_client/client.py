@@ -14,9 +14,11 @@ import httpx
 import numpy.typing as npt
 
 from attention_client import _requests
+from attention_client import session as _session
 from attention_client._common import (
     DEFAULT_URL,
     RETRYABLE_TRANSPORT,
+    UNSENT_TRANSPORT,
     Parser,
     base_headers,
     call_headers,
@@ -127,7 +129,12 @@ class AttentionClient:
         timeout: Any,
         *,
         retrying: bool = True,
+        replayable: bool = True,
     ) -> Any:
+        """The answer to ``method path`` (a 2xx or an error answer that is not retried). ``replayable`` False: a
+        request that changes the server's state (a session's step), sent again after a connection failure only when
+        it cannot have reached the server.
+        """
         policy = self.retry if retrying else NO_RETRY
         kwargs: dict[str, Any] = {"headers": headers}
         if body is not None:
@@ -139,7 +146,8 @@ class AttentionClient:
             try:
                 response = self._http.request(method, path, **kwargs)
             except RETRYABLE_TRANSPORT as exc:
-                wait = policy.delay(retry, None) if policy.retry_connection_errors else None
+                resend = policy.retry_connection_errors and (replayable or isinstance(exc, UNSENT_TRANSPORT))
+                wait = policy.delay(retry, None) if resend else None
                 if wait is None:
                     raise transport_error(exc, path) from exc
             except httpx.HTTPError as exc:
@@ -660,6 +668,65 @@ class AttentionClient:
         """
         body = _requests.calibrate_body(logits, labels, method=method, bins=bins)
         return self._post(_requests.CALIBRATE_PATH, body, CalibrateResult.parse, request_id, timeout)
+
+    # ------------------------------------------------------------------ sessions
+
+    def session(
+        self,
+        sequence_id: int | str | None = None,
+        *,
+        window: int | None = None,
+        sinks: int | None = None,
+        sink_positions: int | None = None,
+        scale: float | None = None,
+        temperature: float = 1.0,
+        normalizer: Normalizer = "softmax",
+        alpha: float | None = None,
+        engine: EngineName = "auto",
+        precision: Precision = "float32",
+    ) -> _session.AttentionSession:
+        """An attention session (``/v1/sessions``): the server keeps one sequence's keys and values, so that each
+        step sends only its new positions. Nothing is sent until the first step; leaving ``with`` ends it.
+
+        ``with client.session("chat-1") as s: r = s.step(q, k, v)``: the first step starts the
+        sequence, each later one appends to it (see :class:`~attention_client.AttentionSession`).
+
+        Args:
+            sequence_id: An integer in 1 .. 2^64 - 1 or a string (``7`` and ``"7"`` are two sequences on the
+                server, and a string of such digits cannot be named on /v1: it is refused); None draws a fresh
+                ``"session-<hex>"`` id.
+            window: Keep only the sequence's first ``sinks`` positions and its last ``window`` others (StreamingLLM);
+                default: every position. Sent with the start.
+            sinks: With a ``window``: the first positions always kept (the server's default is 4).
+            sink_positions: The diagnostics' ``sink_mass`` is each row's weight on the sequence's positions 0 to
+                ``sink_positions - 1`` (the server's default is 4). Sent with the start.
+            scale: Default for every step: multiplies ``Q K^T``; None is ``1 / sqrt(E)``.
+            temperature: Default for every step: divides the scores (> 0).
+            normalizer: Default for every step, as for :meth:`attention`.
+            alpha: Default for every step: for ``normalizer="entmax"``, ``alpha > 1``.
+            engine: Default for every step: ``"auto"``, ``"numpy"`` or ``"onnx"``.
+            precision: ``"float32"`` or ``"float64"``: the cache's dtype, fixed at the start.
+
+        Returns:
+            The session, not yet started (its ``sequence_id`` is the id used).
+
+        Raises:
+            ValidationError: A ``sequence_id`` /v1 cannot name, or an option of the wrong type.
+
+        """
+        return _session.AttentionSession(
+            self,
+            sequence_id,
+            window=window,
+            sinks=sinks,
+            sink_positions=sink_positions,
+            scale=scale,
+            temperature=temperature,
+            normalizer=normalizer,
+            alpha=alpha,
+            engine=engine,
+            precision=precision,
+        )
 
     # ------------------------------------------------------------------ operations
 

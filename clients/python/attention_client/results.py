@@ -26,6 +26,7 @@ __all__ = [
     "DefaultAttentionResult",
     "DefaultBackwardResult",
     "DefaultSampleResult",
+    "DefaultSessionStepResult",
     "EngineInfo",
     "GradientHealth",
     "HeadDiagnostics",
@@ -35,6 +36,8 @@ __all__ = [
     "SampleDiagnostics",
     "SampleResult",
     "ScoreStats",
+    "SessionDiagnostics",
+    "SessionStepResult",
     "SoftmaxDiagnostics",
     "SoftmaxResult",
     "SweepRow",
@@ -91,6 +94,13 @@ class AttentionDiagnostics(TypedDict):
     non_finite: int
     saturated_rows: int
     score_stats: ScoreStats | None
+
+
+class SessionDiagnostics(AttentionDiagnostics):
+    """A session step's ``diagnostics``: attention's, over each row of kept positions, and ``sink_mass``."""
+
+    sink_mass: RowValues
+    """Each row's weight on the sequence's positions 0 to ``sink_positions - 1`` (those the cache still keeps)."""
 
 
 class SoftmaxDiagnostics(TypedDict):
@@ -463,3 +473,57 @@ class CalibrateResult:
             request_id=request_id,
             raw=body,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStepResult:
+    """``POST /v1/sessions/{sequence_id}/steps``: the step's arrays (those not asked for in ``returns`` are None)
+    and the cache after it.
+    """
+
+    output: Array | None
+    weights: Array | None
+    """Over the kept positions: sent unasked while it has at most 65,536 values (ask for it by name beyond)."""
+    diagnostics: SessionDiagnostics | None
+    cache_length: int
+    """Positions the cache keeps after this step (0 once the session ended)."""
+    positions_seen: int
+    """Positions appended since the start."""
+    restarted: bool
+    """This start replaced a live sequence of the same id (another client, or one that lost track of it)."""
+    ended: bool
+    """The session ended with this step (``end=True``): its cache is freed."""
+    engine: EngineInfo | None
+    timing_ms: dict[str, float]
+    request_id: str | None
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def parse(cls, body: dict[str, Any], request_id: str | None) -> Self:
+        return cls(
+            output=_tensor(body, "output"),
+            weights=_tensor(body, "weights"),
+            diagnostics=body.get("diagnostics"),
+            cache_length=int(body.get("cache_length", 0)),
+            positions_seen=int(body.get("positions_seen", 0)),
+            restarted=bool(body.get("restarted", False)),
+            ended=bool(body.get("ended", False)),
+            engine=EngineInfo.parse(body),
+            timing_ms=_timing(body),
+            request_id=request_id,
+            raw=body,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultSessionStepResult(SessionStepResult):
+    """A step with the default ``returns``: ``output`` and ``diagnostics`` are always there, and so is ``engine``
+    (``weights`` while small).
+    """
+
+    output: Array
+    diagnostics: SessionDiagnostics
+    engine: EngineInfo
+
+    def __post_init__(self) -> None:
+        _missing(self, ("output", "diagnostics", "engine"))

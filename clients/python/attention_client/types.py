@@ -13,6 +13,7 @@ __all__ = [
     "Normalizer",
     "Precision",
     "SampleReturn",
+    "SessionReturn",
 ]
 
 Normalizer = Literal["softmax", "sparsemax", "entmax15", "entmax", "relu"]
@@ -33,6 +34,8 @@ BackwardReturn = Literal[
     "weights",
     "gradient_health",
 ]
+SessionReturn = Literal["output", "weights", "diagnostics"]
+"""What a session's step can send back (no ``scores``: a step's row is the whole kept cache)."""
 SampleReturn = Literal["tokens", "logprobs", "raw_logprobs", "top_logprobs", "probabilities", "diagnostics"]
 Distribution = Literal["normal"]
 CalibrationMethod = Literal["temperature"]
