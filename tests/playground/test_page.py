@@ -2,7 +2,8 @@
 
 Loads ``/``, moves the temperature (with the mouse-free ``fill`` and with the keyboard), checks the bars
 against the contract's reference numbers (docs/concepts/contract.md), toggles the causal and padding masks and
-checks the heatmap's masked cells are empty, runs the gradient, sampling and calibration panels, and saves
+checks the heatmap's masked cells are empty, runs the gradient, sampling and calibration panels, steps a session
+and checks what it shows against stateless attention over the same Q, K and V, and saves
 screenshots (into ``$PLAYGROUND_SCREENSHOTS_DIR`` when set: ``make screenshots`` refreshes the ones
 docs/guides/playground.md shows).
 """
@@ -458,7 +459,7 @@ def test_page_headers_and_keyboard_reach(page_server: LiveServer, page: Any) -> 
     assert "script-src 'self'" in csp and "connect-src 'self'" in csp and "unsafe-inline" not in csp
     assert 'href="docs"' in r.text
     reached = set()
-    for _ in range(40):  # Tab through the page: every control is reachable from the keyboard
+    for _ in range(60):  # Tab through the page: every control is reachable from the keyboard
         page.keyboard.press("Tab")
         reached.add(page.evaluate("document.activeElement.id"))
     assert {
@@ -473,6 +474,14 @@ def test_page_headers_and_keyboard_reach(page_server: LiveServer, page: Any) -> 
         "grad-run",
         "top-k",
         "calib-run",
+        "dec-heads",
+        "dec-windowed",
+        "dec-normalizer",
+        "dec-head",
+        "dec-start",
+        "dec-step",
+        "dec-run",
+        "dec-end",
     } <= reached
 
 
@@ -527,3 +536,178 @@ def test_a_keyed_server_s_page_loads_and_sends_the_typed_key(browser: Any, keyed
     assert failed_with_key == []
     assert all(entry.startswith("401 ") and "/v1/" in entry for entry in failed), failed
     pg.close()
+
+
+STEPS = "/v1/sessions/{sequence_id}/steps"
+
+
+def decoded(page: Any, seen: int) -> dict[str, str]:
+    """Wait for the decode panel to show the step after which ``seen`` positions were appended; its data-*."""
+    page.wait_for_selector(f'#dec-bars[data-positions-seen="{seen}"]', timeout=20_000)
+    wait_until(page, "!document.getElementById('panel-decode').hasAttribute('aria-busy')")
+    return page.eval_on_selector("#dec-bars", "s => ({...s.dataset})")
+
+
+def shown_row(page: Any) -> list[tuple[int, float, bool]]:
+    """(position, weight, sink) of every bar of the decode panel's cache."""
+    got = page.eval_on_selector_all(
+        "#dec-bars rect.bar",
+        "rs => rs.map(r => [+r.dataset.position, +r.dataset.weight, r.classList.contains('sink')])",
+    )
+    return [tuple(b) for b in got]
+
+
+def step_bodies(page: Any) -> list[dict[str, Any]]:
+    """The bodies the page sends to POST /v1/sessions/{id}/steps, recorded as it sends them."""
+    bodies: list[dict[str, Any]] = []
+    page.on("request", lambda r: bodies.append(r.post_data_json) if r.method == "POST" and "/steps" in r.url else None)
+    return bodies
+
+
+def stateless(server: LiveServer, bodies: list[dict[str, Any]], kept: list[int]) -> dict[str, Any]:
+    """The last step recomputed by /v1/attention over the kept positions of every key and value the page sent."""
+    keys = np.concatenate([np.array(b["key"]) for b in bodies], axis=1)  # (heads, positions, E)
+    values = np.concatenate([np.array(b["value"]) for b in bodies], axis=1)
+    last = bodies[-1]
+    request = {
+        "query": last["query"],
+        "key": keys[:, kept].tolist(),
+        "value": values[:, kept].tolist(),
+        "causal": "bottom_right",
+        "normalizer": last["normalizer"],
+        "temperature": last["temperature"],
+        "precision": "float64",
+        "return": ["weights", "diagnostics"],
+    }
+    answer = httpx.post(server.url + "/v1/attention", json=request, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def check_against_stateless(page: Any, server: LiveServer, bodies: list[dict[str, Any]], head: int) -> None:
+    """The bars, entropy and sink mass shown for ``head``: the stateless recompute of the newest row."""
+    data = page.eval_on_selector("#dec-bars", "s => ({...s.dataset})")
+    assert int(data["head"]) == head
+    bars = shown_row(page)
+    kept = [p for p, _w, _s in bars]
+    answer = stateless(server, bodies, kept)
+    row = np.array(answer["weights"])[head, -1]
+    np.testing.assert_allclose([w for _p, w, _s in bars], row, rtol=0, atol=1e-12)
+    assert float(data["entropy"]) == pytest.approx(answer["diagnostics"]["entropy"][head][-1], abs=1e-12)
+    sink_positions = bodies[-1]["sink_positions"]
+    assert [s for p, _w, s in bars] == [p < sink_positions for p in kept]
+    assert float(data["sinkMass"]) == pytest.approx(
+        sum(w for p, w in zip(kept, row, strict=True) if p < sink_positions)
+    )
+    assert page.text_content("#dec-entropy") == f"{float(data['entropy']):.4f}"
+
+
+def test_decode_session_steps(page: Any, page_server: LiveServer) -> None:
+    """Start, then Step three times: the bars are the kept positions, positions_seen counts each token, the chart
+    has a point per step, and the numbers shown are the stateless recompute of the same Q, K and V.
+    """
+    assert STEPS in _routes(page_server)
+    bodies = step_bodies(page)
+    page.fill("#dec-heads", "9")  # refused by the page
+    page.click("#dec-start")
+    expect(page.locator("#dec-error")).to_contain_text("heads: a whole number from 1 to 4")
+    assert page.get_attribute("#dec-heads", "aria-invalid") == "true" and bodies == []
+    page.fill("#dec-heads", "3")
+    page.click("#dec-start")
+    first = decoded(page, 4)
+    assert page.get_attribute("#dec-heads", "aria-invalid") is None
+    assert first["sequence"].startswith("playground-") and first["steps"] == "1"
+    assert page.locator("#dec-head option").count() == 3
+    for step in range(1, 4):
+        page.click("#dec-step")
+        data = decoded(page, 4 + step)
+        assert page.text_content("#dec-positions-seen") == str(4 + step) and data["steps"] == str(1 + step)
+        cache_length = int(page.text_content("#dec-cache-length"))
+        assert cache_length == 4 + step and len(shown_row(page)) == cache_length
+        assert [p for p, *_ in shown_row(page)] == list(range(4 + step))  # no window: every position kept
+        for series in ("entropy (nats)", "sink mass"):  # a point per step (the start is step 0)
+            values = page.eval_on_selector(
+                f'#dec-chart path[data-series="{series}"]', "p => JSON.parse(p.dataset.values)"
+            )
+            assert len(values) == 1 + step
+        assert page.locator("#dec-chart > circle.point").count() == 1 + step
+    assert data["sequence"] == first["sequence"]  # one sequence
+    assert [b.get("start", False) for b in bodies] == [True, False, False, False]
+    assert [len(b["key"][0]) for b in bodies] == [4, 1, 1, 1]  # a prompt of 4, then a token per step
+    entropies = page.eval_on_selector(
+        '#dec-chart path[data-series="entropy (nats)"]', "p => JSON.parse(p.dataset.values)"
+    )
+    assert entropies[-1] == float(data["entropy"])
+    assert (
+        page.locator("#dec-chart text.y-tick.left").count() >= 3
+        and page.locator("#dec-chart text.y-tick.right").count() >= 3
+    )
+    assert page.eval_on_selector_all("#dec-chart text.x-tick", "ts => ts.map(t => +t.dataset.value)") == [0, 1, 2, 3]
+    assert page.locator("#dec-chart g.legend-entry").count() == 2
+    check_against_stateless(page, page_server, bodies, head=0)
+
+    page.select_option("#dec-head", "2")  # another head: drawn again from the same answer, no request
+    page.wait_for_selector('#dec-bars[data-head="2"]')
+    check_against_stateless(page, page_server, bodies, head=2)
+    assert len(bodies) == 4
+    assert page.errors == [] and page.outside == []
+
+
+def test_decode_window_end_and_refusal(page: Any, page_server: LiveServer, shots: Path) -> None:
+    """A window evicts positions (the bars skip them, a hatched band marks them); End frees the cache, and the
+    next step's refusal shows in the panel; Start begins again.
+    """
+    bodies = step_bodies(page)
+    page.check("#dec-windowed")
+    page.fill("#dec-window", "6")
+    page.fill("#dec-sinks", "2")
+    page.select_option("#dec-normalizer", "entmax15")
+    page.click("#dec-start")
+    decoded(page, 4)
+    page.click("#dec-run")
+    data = decoded(page, 20)
+    assert data["steps"] == "17" and data["cacheLength"] == "8" and page.text_content("#dec-cache-length") == "8"
+    bars = shown_row(page)
+    assert [p for p, *_ in bars] == [0, 1, *range(14, 20)]  # the 2 sinks and the last 6
+    evicted = page.eval_on_selector_all("#dec-bars rect.evicted", "rs => rs.map(r => [+r.dataset.from, +r.dataset.to])")
+    assert evicted == [[2, 13]]
+    assert bodies[0]["window"] == 6 and bodies[0]["sinks"] == 2 and all("window" not in b for b in bodies[1:])
+    check_against_stateless(page, page_server, bodies, head=0)
+    assert page.locator("#dec-chart > rect.point").count() == 17
+    page.locator("#dec-run").blur()
+    page.evaluate("document.getElementById('panel-decode').scrollIntoView()")
+    page.locator("#panel-decode").screenshot(path=str(shots / "playground-decode.png"))
+
+    page.click("#dec-end")
+    expect(page.locator("#dec-summary")).to_contain_text("ended", timeout=20_000)
+    assert page.text_content("#dec-cache-length") == "0" and page.locator("#dec-bars rect.bar").count() == 0
+    page.click("#dec-step")  # the server refuses a step of an ended sequence: 422, its detail in the panel
+    expect(page.locator("#dec-error")).to_contain_text("422", timeout=20_000)
+    expect(page.locator("#dec-error")).to_contain_text("has ended")
+    assert page.get_attribute("#dec-chart", "hidden") is not None and page.text_content("#dec-positions-seen") == "–"
+    page.click("#dec-start")
+    data = decoded(page, 4)
+    expect(page.locator("#dec-error")).to_have_text("")
+    assert data["steps"] == "1" and page.locator("#dec-bars rect.bar").count() == 4
+    assert refused(page.errors) == [] and page.outside == []
+
+
+def test_decode_without_sessions(page: Any, page_server: LiveServer) -> None:
+    """On a server whose /openapi.json has no sessions, the panel says so and sends nothing."""
+
+    def without_sessions(route: Any) -> None:
+        schema = httpx.get(page_server.url + "/openapi.json").json()
+        del schema["paths"][STEPS]
+        route.fulfill(json=schema)
+
+    page.route("**/openapi.json", without_sessions)
+    page.reload()
+    expect(page.locator("#dec-summary")).to_contain_text("does not serve sessions", timeout=20_000)
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url) if "/v1/sessions" in r.url else None)
+    page.click("#dec-start")
+    page.click("#dec-step")
+    wait_until(page, "!document.getElementById('panel-decode').hasAttribute('aria-busy')")
+    expect(page.locator("#dec-summary")).to_contain_text("does not serve sessions")
+    assert sent == [] and page.locator("#dec-bars rect").count() == 0
+    assert page.errors == [] and page.outside == []

@@ -24,3 +24,23 @@ def test_page_assets_and_policy() -> None:
             assert got.status_code == 200 and len(got.content) > 1000
         assert "text/javascript" in http.get("/playground/playground.js").headers["content-type"]
         assert "/" not in http.get("/openapi.json").json()["paths"]  # a page, not an operation
+
+
+def test_every_panel_has_its_error_line_and_its_routes_exist() -> None:
+    """Each panel reports errors in a polite live region of its own, and every /v1 path the script asks
+    /openapi.json about (a panel's endpoint) is one this server serves.
+    """
+    with TestClient(create_app(Settings(enable_onnx=False))) as http:
+        page = http.get("/").text
+        panels = re.findall(r'<section id="(panel-[\w-]+)".*?</section>', page, re.S)
+        assert panels == ["panel-softmax", "panel-heatmap", "panel-gradients", "panel-sampling", "panel-decode"]
+        for body in re.findall(r"<section .*?</section>", page, re.S):
+            assert re.search(r'<p class="error" id="[\w-]+" role="status" aria-live="polite">', body), body[:80]
+        decode = re.search(r'<section id="panel-decode".*?</section>', page, re.S)
+        assert decode is not None
+        buttons = re.findall(r'<button id="dec-[\w-]+" type="button">([^<]+)</button>', decode.group(0))
+        assert buttons == ["Start", "Step", "Run 16 steps", "End"]
+        script = http.get("/playground/playground.js").text
+        asked = set(re.findall(r'"(/v1/[^"]+)"', script))
+        assert "/v1/sessions/{sequence_id}/steps" in asked
+        assert asked <= set(http.get("/openapi.json").json()["paths"])
