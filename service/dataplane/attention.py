@@ -13,9 +13,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from service.core.attention import Dims, check_dims, check_params
+from service.core.attention import Dims, check_dims, check_params, promote_to_4d, resolved_scale
 from service.core.backward import BackwardTask, gradient_health, jacobian_norms
 from service.core.diagnostics import attention_diagnostics
+from service.core.diagnostics.inspection import DEFAULT_SINK_POSITIONS, inspect, norm_weights
 from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask
 from service.dataplane import budget
 from service.dataplane.context import Context
@@ -65,6 +66,42 @@ class AttentionOutcome:
     gradient_health: dict[str, Any] | None
     engine: EngineChoice
     timing: Timing
+    inspection: dict[str, Any] | None = None
+    norm_weights: np.ndarray | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InspectionRequest:
+    """What the per-head inspection reads beside the tensors (docs/concepts/diagnostics.md, "Inspection")."""
+
+    sink_positions: int = DEFAULT_SINK_POSITIONS
+    token_ids: np.ndarray | None = None
+    """``(B, S)`` integers (``(S,)`` for one sequence): the head pattern scores, with ``L == S``."""
+    exclude_bos: bool = False
+    exclude_current_token: bool = False
+
+
+NO_INSPECTION = InspectionRequest()
+INSPECTED = frozenset({"inspection", "norm_weights"})
+"""The results the inspection adds (both need the weights)."""
+
+
+def check_token_ids(token_ids: np.ndarray, dims: Dims, loc: str = "token_ids") -> np.ndarray:
+    """``(B, S)`` int64 token ids for a square pattern (``L == S``), or an ``INVALID`` error naming ``loc``."""
+    ids = np.asarray(token_ids)
+    if ids.dtype.kind not in "iu":
+        raise invalid(f"{loc} must be integers, got {ids.dtype}", loc)
+    if ids.ndim == 1:
+        ids = ids.reshape(1, -1)
+    if ids.ndim != 2 or ids.shape != (dims.B, dims.S):
+        raise invalid(f"{loc} must have shape [B, S] = [{dims.B}, {dims.S}], got {list(np.shape(token_ids))}", loc)
+    if dims.L != dims.S:
+        raise invalid(
+            f"{loc}: the head pattern scores compare each query position with the keys (L == S); this request has "
+            f"L = {dims.L} and S = {dims.S}",
+            loc,
+        )
+    return ids.astype(np.int64, copy=False)
 
 
 def check_alpha(normalizer: str, alpha: float | None) -> None:
@@ -127,7 +164,7 @@ def checked_task(
         ),
         params=params,
         dtype=dtype,
-        need_weights=bool({"weights", "diagnostics", "gradient_health"} & set(returned)),
+        need_weights=bool({"weights", "diagnostics", "gradient_health", *INSPECTED} & set(returned)),
         # relu's Jacobian depends on the scores, not on the weights alone
         need_scores="scores" in returned
         or "diagnostics" in returned
@@ -185,14 +222,23 @@ def attention(
     returned: Collection[str],
     encoding: str,
     timing: Timing,
+    inspection: InspectionRequest = NO_INSPECTION,
 ) -> Job[AttentionOutcome]:
     """One attention request (``returned``: a subset of output, weights, scores, diagnostics,
-    gradient_health; ``encoding`` prices the answer). ``timing`` started when the request's decoding did.
+    gradient_health, inspection, norm_weights; ``encoding`` prices the answer). ``timing`` started when the
+    request's decoding did; ``inspection``: what the per-head inspection reads beside the tensors.
     """
     returned = frozenset(returned)
     checked = checked_task(ctx, inputs, options, precision=precision, returned=returned, encoding=encoding)
-    timing.phase("decode")
     task, dims = checked.task, checked.dims
+    token_ids = None
+    if inspection.token_ids is not None:
+        if "inspection" not in returned:
+            raise invalid(
+                "token_ids are read by the inspection: add 'inspection' to what the request returns", "token_ids"
+            )
+        token_ids = check_token_ids(inspection.token_ids, dims)
+    timing.phase("decode")
 
     def run(lease: MemoryLease) -> AttentionOutcome:
         timing.skip()  # a wait for a worker thread, if any
@@ -206,6 +252,9 @@ def attention(
         health = None
         if "gradient_health" in returned:
             health = gradient_health_report(task, result, ctx.vanishing_threshold)
+        inspected, normed = None, None
+        if INSPECTED & returned:
+            inspected, normed = inspection_report(task, result, inspection, token_ids, "inspection" in returned)
         timing.phase("diagnostics")
         return AttentionOutcome(
             output=result.output,
@@ -215,9 +264,45 @@ def attention(
             gradient_health=health,
             engine=choice,
             timing=timing,
+            inspection=inspected,
+            norm_weights=normed if "norm_weights" in returned else None,
         )
 
     return Job(checked.flops, checked.response_bytes, 0, run)
+
+
+def inspection_report(
+    task: AttentionTask,
+    result: AttentionResult,
+    request: InspectionRequest,
+    token_ids: np.ndarray | None,
+    heads: bool,
+) -> tuple[dict[str, Any] | None, np.ndarray]:
+    """The per-head inspection (when ``heads``) and the norm-based weights, in the query's rank."""
+    assert result.weights is not None
+    inputs, params = task.inputs, task.params
+    q, k, v = promote_to_4d(inputs.query), promote_to_4d(inputs.key), promote_to_4d(inputs.value)
+    B, Hq, L = result.valid_keys.shape
+    weights = result.weights.reshape(B, Hq, L, -1)
+    normed = norm_weights(weights, v)
+    report = None
+    if heads:
+        found = inspect(
+            weights,
+            result.valid_keys,
+            q,
+            k,
+            v,
+            factor=resolved_scale(params, q.shape[-1]) / params.temperature,
+            key_lengths=inputs.key_lengths,
+            sink_positions=request.sink_positions,
+            tokens=token_ids,
+            exclude_bos=request.exclude_bos,
+            exclude_current_token=request.exclude_current_token,
+            normed=normed,
+        )
+        report = {"sink_positions": request.sink_positions, "heads": found.heads()}
+    return report, normed.reshape(result.weights.shape)
 
 
 def row_diagnostics(ctx: Context, task: AttentionTask, result: AttentionResult) -> dict[str, Any]:

@@ -103,6 +103,12 @@ def softmax_memory(shape: tuple[int, ...], with_log: bool, precision: str, respo
     return arrays + cost.numpy_scratch_bytes(elements, "entmax") + response_bytes
 
 
+INSPECTION_NS_PER_SCORE = 6.0
+"""The inspection's passes over each weight (float64 copies, the norm weights and their summary, patterns)."""
+INSPECTION_BYTES_PER_HEAD = 400
+"""One ``inspection.heads`` entry in JSON (eleven named numbers)."""
+
+
 def attention_estimate(
     dims: Dims,
     normalizer: str,
@@ -114,7 +120,7 @@ def attention_estimate(
     costs: CostModel | None = None,
 ) -> tuple[float, int]:
     """(flops, response bytes) of one attention request on the numpy engine (the engine every request can use)."""
-    need_weights = "weights" in returned or "diagnostics" in returned
+    need_weights = bool({"weights", "diagnostics", "inspection", "norm_weights"} & set(returned))
     need_scores = "scores" in returned or "diagnostics" in returned
     c = operations_costs(costs).numpy_cost(
         dims, normalizer=normalizer, alpha=alpha, dtype=precision, need_weights=need_weights, need_scores=need_scores
@@ -124,6 +130,11 @@ def attention_estimate(
         flops += cost.scores(dims) * ns_as_flops(DIAGNOSTICS_NS_PER_SCORE)
     if "gradient_health" in returned:
         flops += cost.scores(dims) * ns_as_flops(GRADIENT_HEALTH_NS_PER_SCORE)
+    if "inspection" in returned or "norm_weights" in returned:
+        # norm weights and their summary, the sink mass and three patterns: a few passes over the weights; the
+        # spectral norms: the QR factorizations of every head's queries and keys, ~2 (L + S) E^2 each
+        flops += cost.scores(dims) * ns_as_flops(INSPECTION_NS_PER_SCORE)
+        flops += 2.0 * dims.B * (dims.Hq * dims.L + dims.Hkv * dims.S) * dims.E * dims.E
     return flops, attention_response_bytes(dims, returned, precision, encoding)
 
 
@@ -133,13 +144,14 @@ def attention_response_bytes(dims: Dims, returned: Collection[str], precision: s
     numbers = 0
     if "output" in returned:
         numbers += dims.B * dims.Hq * dims.L * dims.Ev
-    numbers += cost.scores(dims) * (("weights" in returned) + ("scores" in returned))
+    numbers += cost.scores(dims) * (("weights" in returned) + ("scores" in returned) + ("norm_weights" in returned))
     rows = dims.B * dims.Hq * dims.L
     heads = dims.B * dims.Hq
     return int(
         numbers * per_number
         + ("diagnostics" in returned) * rows * 8 * 25
         + ("gradient_health" in returned) * heads * HEALTH_BYTES_PER_HEAD
+        + ("inspection" in returned) * heads * INSPECTION_BYTES_PER_HEAD
         + 4096
     )
 

@@ -60,8 +60,8 @@ def test_health_and_metadata(client) -> None:
     meta = client.get_server_metadata()
     assert "binary_tensor_data" in meta["extensions"]
     model = client.get_model_metadata("attention")
-    assert [i["name"] for i in model["inputs"]] == ["query", "key", "value", "mask", "key_lengths"]
-    assert [o["name"] for o in model["outputs"]] == ["output", "weights", "scores"]
+    assert [i["name"] for i in model["inputs"]] == ["query", "key", "value", "mask", "key_lengths", "token_ids"]
+    assert [o["name"] for o in model["outputs"]] == ["output", "weights", "scores", "norm_weights"]
     assert client.get_model_metadata("attention", model_version="1")["name"] == "attention"
 
 

@@ -107,10 +107,16 @@ def test_health_and_metadata(clients: tuple[tg.InferenceServerClient, th.Inferen
         assert over_grpc.is_model_ready(model) and over_grpc.is_model_ready(model, "1")
     meta = over_grpc.get_server_metadata()
     assert meta.name == "attention-service"
-    assert list(meta.extensions) == ["binary_tensor_data", "parameters", "statistics"]
+    assert list(meta.extensions) == [
+        "binary_tensor_data",
+        "parameters",
+        "statistics",
+        "sequence",
+        "sequence(string_id)",
+    ]
     model = over_grpc.get_model_metadata("attention")
-    assert [i.name for i in model.inputs] == ["query", "key", "value", "mask", "key_lengths"]
-    assert [o.name for o in model.outputs] == ["output", "weights", "scores"]
+    assert [i.name for i in model.inputs] == ["query", "key", "value", "mask", "key_lengths", "token_ids"]
+    assert [o.name for o in model.outputs] == ["output", "weights", "scores", "norm_weights"]
     assert list(model.versions) == ["1"] and model.platform == "attention_service"
     assert list(model.inputs[4].shape) == [-1] and model.inputs[4].datatype == "INT64"
 

@@ -133,7 +133,8 @@ def test_model_metadata(client, path: str) -> None:
     assert inputs["query"]["shape"] == [-1, -1, -1, -1]
     assert inputs["mask"]["datatypes"] == ["BOOL", "FP32", "FP64", "FP16"] and inputs["mask"]["optional"]
     assert inputs["key_lengths"] == {**inputs["key_lengths"], "datatype": "INT64", "shape": [-1]}
-    assert [t["name"] for t in meta["outputs"]] == ["output", "weights", "scores"]
+    assert [t["name"] for t in meta["outputs"]] == ["output", "weights", "scores", "norm_weights"]
+    assert inputs["token_ids"] == {**inputs["token_ids"], "datatype": "INT64", "shape": [-1, -1], "ranks": [1, 2]}
     assert {"normalizer", "alpha", "causal", "scale", "temperature", "engine"} <= set(meta["parameters"])
     softmax = client.get("/v2/models/softmax").json()
     assert [t["name"] for t in softmax["inputs"]] == ["logits", "mask"]

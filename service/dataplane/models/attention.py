@@ -15,6 +15,7 @@ from service.core.types import AttentionInputs
 from service.dataplane import attention as attention_op
 from service.dataplane import backward as backward_op
 from service.dataplane.context import Context
+from service.dataplane.errors import invalid
 from service.dataplane.inference import InferRequest, InferResult, TensorSpec
 from service.dataplane.models.base import (
     COMMON_PARAMETERS,
@@ -41,7 +42,27 @@ ATTENTION_PARAMETERS = {
     "scale": "number > 0 (default 1/sqrt(E))",
     "engine": "string: auto (default), numpy, onnx",
 }
+INSPECTION_PARAMETERS = {
+    "inspection": "bool (default false): the per-head inspection (JSON text) in the response parameters",
+    "sink_positions": "int >= 0 (default 4): sink_mass counts keys 0 to sink_positions - 1",
+    "exclude_bos": "bool (default false): the pattern scores leave the first key out",
+    "exclude_current_token": "bool (default false): the pattern scores leave the diagonal out",
+}
 OPTION_NAMES = ("normalizer", "alpha", "temperature", "causal", "scale", "engine")
+INSPECTION_NAMES = tuple(INSPECTION_PARAMETERS)
+
+
+def inspection_of(request: InferRequest) -> attention_op.InspectionRequest:
+    """The inspection's parameters and ``token_ids`` input, each refused naming it when malformed."""
+    sink_positions = request.parameters.get("sink_positions", 4)
+    if isinstance(sink_positions, bool) or not isinstance(sink_positions, int) or sink_positions < 0:
+        raise invalid("parameter 'sink_positions' must be an integer >= 0", "sink_positions")
+    return attention_op.InspectionRequest(
+        sink_positions=sink_positions,
+        token_ids=request.inputs.get("token_ids"),
+        exclude_bos=flag(request, "exclude_bos", False),
+        exclude_current_token=flag(request, "exclude_current_token", False),
+    )
 
 
 def engine_parameters(choice: EngineChoice) -> dict[str, Any]:
@@ -62,8 +83,12 @@ def attention_inputs(request: InferRequest) -> AttentionInputs:
 def _prepare_attention(ctx: Context, request: InferRequest, timing: Timing) -> Job[InferResult]:
     wanted = ATTENTION.wanted(request)
     with_diagnostics = flag(request, "diagnostics", True)
-    options = validated(AttentionOptions, option_fields(request, ATTENTION, OPTION_NAMES), ATTENTION)
-    returned = wanted + (["diagnostics"] if with_diagnostics else [])
+    fields = option_fields(request, ATTENTION, OPTION_NAMES + INSPECTION_NAMES)
+    for name in INSPECTION_NAMES:
+        fields.pop(name, None)
+    options = validated(AttentionOptions, fields, ATTENTION)
+    inspected = flag(request, "inspection", False)
+    returned = wanted + (["diagnostics"] if with_diagnostics else []) + (["inspection"] if inspected else [])
     precision = precision_of(request, ("query", "key", "value"))
     job = attention_op.attention(
         ctx,
@@ -73,15 +98,18 @@ def _prepare_attention(ctx: Context, request: InferRequest, timing: Timing) -> J
         returned=returned,
         encoding=response_encoding(request, wanted),
         timing=timing,
+        inspection=inspection_of(request),
     )
 
     def finish(out: attention_op.AttentionOutcome) -> InferResult:
-        arrays = {"output": out.output, "weights": out.weights, "scores": out.scores}
+        arrays = {"output": out.output, "weights": out.weights, "scores": out.scores, "norm_weights": out.norm_weights}
         outputs = [(name, np.ascontiguousarray(arrays[name])) for name in wanted]
         timing.phase("encode")
         params = engine_parameters(out.engine)
         if with_diagnostics and out.diagnostics is not None:
             params["diagnostics"] = json_text(out.diagnostics)
+        if out.inspection is not None:
+            params["inspection"] = json_text(out.inspection)
         params["timing_ms"] = json_text(timing.ms(attention_op.TIMING_ORDER))
         return InferResult(outputs, params)
 
@@ -115,6 +143,14 @@ ATTENTION = Model(
             optional=True,
             description="(B,): key j of batch b is valid iff j < key_lengths[b]",
         ),
+        TensorSpec(
+            "token_ids",
+            INDEX,
+            min_rank=1,
+            max_rank=2,
+            optional=True,
+            description="(B, S) or (S,), with inspection and L == S: the head pattern scores",
+        ),
     ),
     outputs=(
         TensorSpec("output", FLOAT, description="the query's shape with Ev last"),
@@ -122,9 +158,10 @@ ATTENTION = Model(
         TensorSpec(
             "scores", FLOAT, description="normalizer input (scale*QK^T + bias)/T, masked = -inf; only when requested"
         ),
+        TensorSpec("norm_weights", FLOAT, description="||A_ij v_j||, the weights' shape; only when requested"),
     ),
     default_outputs=("output", "weights"),
-    parameters=ATTENTION_PARAMETERS,
+    parameters={**ATTENTION_PARAMETERS, **INSPECTION_PARAMETERS},
     prepare=_prepare_attention,
 )
 
@@ -191,7 +228,7 @@ ATTENTION_BACKWARD = Model(
         "grad_output; FP64 inputs compute in float64."
     ),
     inputs=(
-        *ATTENTION.inputs,
+        *(spec for spec in ATTENTION.inputs if spec.name != "token_ids"),  # read by the forward inspection only
         TensorSpec("grad_output", FLOAT_IN, description="the output's shape: query.shape[:-1] + (Ev,)"),
         TensorSpec(
             "grad_weights", FLOAT_IN, optional=True, description="the weights' shape: query.shape[:-1] + (S,); optional"

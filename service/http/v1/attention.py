@@ -18,6 +18,7 @@ from service.dataplane import analysis as analysis_op
 from service.dataplane import attention as attention_op
 from service.dataplane import backward as backward_op
 from service.dataplane.context import Context
+from service.dataplane.errors import invalid
 from service.dataplane.plane import DataPlane
 from service.dataplane.scheduling import Job
 from service.dataplane.tensors import TensorLimits, float_mask_as
@@ -31,14 +32,14 @@ from service.http.v1.gradient_schemas import (
     AttentionBackwardRequest,
     AttentionBackwardResponse,
 )
-from service.http.v1.schemas import AttentionRequest, AttentionResponse
+from service.http.v1.schemas import AttentionFields, AttentionRequest, AttentionResponse
 
 ATTENTION_TENSORS = ("query", "key", "value", "mask")
 BACKWARD_TENSORS = (*ATTENTION_TENSORS, "grad_output", "grad_weights")
 ANALYZE_TENSORS = ("query", "key", "mask")
 
 
-def attention_inputs(req: AttentionRequest, limits: TensorLimits) -> AttentionInputs:
+def attention_inputs(req: AttentionFields, limits: TensorLimits) -> AttentionInputs:
     """The tensors of a /v1/attention (or backward) body, decoded in the order the contract checks them."""
     return AttentionInputs(
         query=tensor(req.query, "query", limits),
@@ -66,6 +67,10 @@ def attention_body(out: attention_op.AttentionOutcome, returned: Collection[str]
         body["diagnostics"] = out.diagnostics
     if out.gradient_health is not None:
         body["gradient_health"] = out.gradient_health
+    if out.inspection is not None:
+        body["inspection"] = out.inspection
+    if out.norm_weights is not None:
+        body["norm_weights"] = encode_tensor(out.norm_weights, encoding)
     body["engine"] = engine_body(out)
     body["timing_ms"] = out.timing.ms(attention_op.TIMING_ORDER)
     return json_bytes(body)
@@ -123,9 +128,29 @@ def decode_attention(ctx: Context, raw: bytes) -> Decoded:
 def run_attention(ctx: Context, d: Decoded, timing: Timing) -> Job[attention_op.AttentionOutcome]:
     req = d.req
     returned = frozenset(req.return_)
-    return attention_op.attention(
-        ctx, d.inputs, req, precision=req.precision, returned=returned, encoding=req.encoding, timing=timing
+    inspection = attention_op.InspectionRequest(
+        sink_positions=req.sink_positions,
+        token_ids=None if req.token_ids is None else token_ids(req.token_ids),
+        exclude_bos=req.exclude_bos,
+        exclude_current_token=req.exclude_current_token,
     )
+    return attention_op.attention(
+        ctx,
+        d.inputs,
+        req,
+        precision=req.precision,
+        returned=returned,
+        encoding=req.encoding,
+        timing=timing,
+        inspection=inspection,
+    )
+
+
+def token_ids(rows: list[list[int]]) -> np.ndarray:
+    """``token_ids`` as an int64 ``(B, S)`` array: rows of one length, or a 422 naming the field."""
+    if len({len(row) for row in rows}) > 1:
+        raise invalid("token_ids must be rectangular: every row has S token ids", "token_ids")
+    return np.asarray(rows, dtype=np.int64)
 
 
 def encode_attention(d: Decoded, out: attention_op.AttentionOutcome) -> bytes:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from service.dataplane.options import Alpha, Causal, NormalizerName, PositiveFloat, causal_alignment
 from service.http.v1.schemas import (
-    AttentionRequest,
+    AttentionFields,
     EngineInfo,
     GradientHealthReport,
     KeyLength,
@@ -38,7 +38,7 @@ DEFAULT_BACKWARD_RETURNS: tuple[BackwardReturnName, ...] = ("grad_query", "grad_
 MAX_SWEEP_VALUES = 16
 
 
-class AttentionBackwardRequest(AttentionRequest):
+class AttentionBackwardRequest(AttentionFields):
     """Body of ``POST /v1/attention/backward``: a /v1/attention request plus the upstream gradients."""
 
     grad_output: TensorField = Field(

@@ -116,6 +116,8 @@ def _int64(value: Any) -> Any:
 
 
 KeyLength = Annotated[StrictInt, Field(ge=0), BeforeValidator(_int64)]
+TokenId = Annotated[StrictInt, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]
+"""One token id of ``token_ids``: any integer an int64 holds."""
 """One entry of ``key_lengths``: a non-negative integer that an int64 holds (the core checks it against S)."""
 
 
@@ -145,7 +147,7 @@ def _json_schema_type(name: str, schema: dict[str, Any]) -> Any:
 
 TensorField = Annotated[Any, _json_schema_type("Tensor", TENSOR_JSON_SCHEMA)]
 OutTensor = Annotated[Any, _json_schema_type("OutputTensor", OUT_TENSOR_JSON_SCHEMA)]
-ReturnName = Literal["output", "weights", "scores", "diagnostics", "gradient_health"]
+ReturnName = Literal["output", "weights", "scores", "diagnostics", "gradient_health", "inspection", "norm_weights"]
 
 
 def _default_return() -> list[ReturnName]:
@@ -156,8 +158,8 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class AttentionRequest(_Strict):
-    """Body of ``POST /v1/attention``."""
+class AttentionFields(_Strict):
+    """The fields of ``POST /v1/attention`` that its backward pass shares."""
 
     query: TensorField = Field(description="(B, Hq, L, E), (H, L, E) or (L, E).")
     key: TensorField = Field(description="(B, Hkv, S, E) with Hq % Hkv == 0; same rank as query.")
@@ -185,7 +187,7 @@ class AttentionRequest(_Strict):
     )
     engine: Literal["auto", "numpy", "onnx"] = "auto"
     precision: Literal["float32", "float64"] = "float32"
-    return_: list[ReturnName] = Field(default_factory=_default_return, alias="return", max_length=5)
+    return_: list[ReturnName] = Field(default_factory=_default_return, alias="return", max_length=7)
     encoding: Literal["json", "base64"] = "json"
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -193,6 +195,21 @@ class AttentionRequest(_Strict):
     @property
     def causal_alignment(self) -> Causal | None:
         return causal_alignment(self.causal)
+
+
+class AttentionRequest(AttentionFields):
+    """Body of ``POST /v1/attention``."""
+
+    sink_positions: Annotated[StrictInt, Field(ge=0)] = Field(
+        4, description="With 'inspection': sink_mass is each head's mean weight on keys 0 to sink_positions - 1."
+    )
+    token_ids: list[list[TokenId]] | None = Field(
+        None,
+        description="With 'inspection', [B, S] token ids (L == S): the previous-token, duplicate-token and induction "
+        "scores per head (TransformerLens' head detector, its 'mul' measure).",
+    )
+    exclude_bos: StrictBool = Field(False, description="Pattern scores leave the first key's column out.")
+    exclude_current_token: StrictBool = Field(False, description="Pattern scores leave the diagonal out.")
 
 
 class SoftmaxRequest(_Strict):
@@ -249,6 +266,30 @@ class GradientHealthReport(BaseModel):
     heads: list[HeadGradientHealth]
 
 
+class HeadInspection(BaseModel):
+    """Per (batch, query head): docs/concepts/diagnostics.md, "Inspection"."""
+
+    batch: int
+    head: int
+    sink_mass: float = Field(description="Mean over live rows of the weight on keys 0 to sink_positions - 1.")
+    spectral_norm: float = Field(description="Largest singular value of Q K^T * scale / T, before masks.")
+    live_rows: int = Field(description="Rows with at least one valid key.")
+    previous_token_score: float | None = Field(None, description="With token_ids: TransformerLens' 'mul' score.")
+    duplicate_token_score: float | None = Field(None, description="With token_ids: TransformerLens' 'mul' score.")
+    induction_score: float | None = Field(None, description="With token_ids: TransformerLens' 'mul' score.")
+    norm_max_share: float = Field(description="Mean over rows of the largest ||A_ij v_j|| over the row's sum.")
+    norm_argmax_agreement: float = Field(
+        description="Share of rows whose largest ||A_ij v_j|| is at the largest weight A_ij."
+    )
+
+
+class InspectionReport(BaseModel):
+    """Per-head inspection: sinks, the entropy-collapse bound, head patterns, norm-based weights."""
+
+    sink_positions: int
+    heads: list[HeadInspection]
+
+
 class ScoreStats(BaseModel):
     min: float
     max: float
@@ -285,6 +326,10 @@ class AttentionResponse(BaseModel):
     scores: OutTensor | None = None
     diagnostics: AttentionDiagnostics | None = None
     gradient_health: GradientHealthReport | None = None
+    inspection: InspectionReport | None = None
+    norm_weights: OutTensor | None = Field(
+        None, description="||A_ij v_j||, the weights' shape (Kobayashi et al. 2020); with 'norm_weights' in return."
+    )
     engine: EngineInfo
     timing_ms: dict[str, float]
 

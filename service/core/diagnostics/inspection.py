@@ -1,0 +1,198 @@
+"""Per-head inspection of one layer's attention: what the tools researchers use compute from the same tensors
+(docs/concepts/diagnostics.md, "Inspection").
+
+With ``A`` the weights ``(B, Hq, L, S)``, ``Q`` the queries, ``K`` and ``V`` the keys and values (``Hkv`` heads,
+each shared by ``Hq / Hkv`` query heads), per (batch ``b``, query head ``h``):
+
+- **sink mass** (StreamingLLM, Xiao et al. 2023): the mean, over the head's *live* rows (at least one valid key),
+  of the weight on key positions ``0 .. P-1`` (``P`` = ``sink_positions``), counted from position 0 whatever the
+  padding. 0 for a head without a live row.
+- **spectral norm** (Zhai et al. 2023, "Stabilizing Transformer Training by Preventing Attention Entropy
+  Collapse"): the largest singular value of the logits ``M = Q_h K_h^T * scale / T`` before any mask, over the
+  keys that ``key_lengths`` keeps. Computed exactly, without forming ``M``: with the thin QR factorizations
+  ``Q_h = U R_q`` and ``K_h = W R_k`` (``U``, ``W`` with orthonormal columns), ``M = U (R_q R_k^T) W^T``
+  has the singular values of the small ``R_q R_k^T`` (at most ``E x E``): ``O((L + S) E^2)`` a head.
+- **head pattern scores** (TransformerLens ``head_detector.py``, its ``"mul"`` error measure), when the token ids
+  are given (``L == S``): ``sum(A' * P) / sum(A')`` with ``P`` the 0/1 detection pattern (previous token:
+  ``j == i - 1``; duplicate token: ``j < i`` and ``t_j == t_i``; induction: ``1 <= j <= i`` and
+  ``t_{j-1} == t_i``, TransformerLens' duplicate pattern shifted one key to the right) and ``A'`` the weights with,
+  on request, the first key's column (``exclude_bos``) and the diagonal (``exclude_current_token``) set to 0.
+  TransformerLens divides by ``sum(A')`` as it is; where that sum is 0 (every weight excluded) the score is 0
+  here, not NaN.
+- **norm-based weights** (Kobayashi et al. 2020, "Attention is not only a weight"): ``N_ij = ||A_ij v_j|| =
+  A_ij ||v_j||`` (the weights are non-negative for every normalizer), and per head ``norm_max_share``, the mean
+  over live rows of ``max_j N_ij / sum_j N_ij`` (rows whose norm mass is 0 left out), and
+  ``norm_argmax_agreement``, the share of those rows whose largest ``N_ij`` is at the largest ``A_ij`` (ties: the
+  first index, as ``argmax``).
+
+Every sum runs in float64; the results are float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+DEFAULT_SINK_POSITIONS = 4
+"""StreamingLLM's four attention sinks."""
+PATTERNS = ("previous_token_score", "duplicate_token_score", "induction_score")
+
+
+def sink_mass(weights: np.ndarray, valid_keys: np.ndarray, positions: int) -> np.ndarray:
+    """``(B, Hq)``: the mean over live rows (``valid_keys > 0``) of each row's weight on keys ``0 .. positions-1``."""
+    rows = weights[..., : max(0, positions)].sum(axis=-1, dtype=np.float64)
+    live = valid_keys > 0
+    count = live.sum(axis=-1)
+    total = np.where(live, rows, 0.0).sum(axis=-1)
+    mean: np.ndarray = np.divide(total, count, out=np.zeros(total.shape), where=count > 0)
+    return mean
+
+
+def spectral_norms(
+    query: np.ndarray, key: np.ndarray, factor: float, key_lengths: np.ndarray | None = None
+) -> np.ndarray:
+    """``(B, Hq)``: the largest singular value of ``query_h key_h^T * factor`` (``factor`` = scale / T) per head,
+    over the first ``key_lengths[b]`` keys (all when None): exact, through the QR factorizations (module docstring).
+    ``query`` ``(B, Hq, L, E)``, ``key`` ``(B, Hkv, S, E)``.
+    """
+    B, Hq = query.shape[:2]
+    Hkv, S = key.shape[1], key.shape[2]
+    group = Hq // Hkv
+    out = np.zeros((B, Hq))
+    for b in range(B):
+        n = S if key_lengths is None else int(key_lengths[b])
+        if n == 0:
+            continue
+        r_keys = [np.linalg.qr(key[b, kv, :n].astype(np.float64), mode="r") for kv in range(Hkv)]
+        for h in range(Hq):
+            r_query = np.linalg.qr(query[b, h].astype(np.float64), mode="r")
+            small = r_query @ r_keys[h // group].T
+            out[b, h] = np.linalg.svd(small, compute_uv=False)[0] * abs(factor)
+    return out
+
+
+def detection_patterns(tokens: np.ndarray) -> dict[str, np.ndarray]:
+    """TransformerLens' three 0/1 detection patterns ``(S, S)`` of one sequence of token ids (module docstring)."""
+    S = tokens.shape[0]
+    previous = np.eye(S, k=-1)
+    same = tokens[:, None] == tokens[None, :]
+    duplicate = np.tril(same, k=-1).astype(np.float64)
+    shifted = np.zeros((S, S))
+    shifted[:, 1:] = duplicate[:, :-1]
+    induction = np.tril(shifted)
+    return {"previous_token_score": previous, "duplicate_token_score": duplicate, "induction_score": induction}
+
+
+def pattern_scores(
+    weights: np.ndarray, tokens: np.ndarray, *, exclude_bos: bool = False, exclude_current_token: bool = False
+) -> dict[str, np.ndarray]:
+    """Each pattern's ``(B, Hq)`` score in TransformerLens' ``"mul"`` measure; ``weights`` ``(B, Hq, S, S)``,
+    ``tokens`` ``(B, S)``.
+    """
+    B, Hq = weights.shape[:2]
+    scores = {name: np.zeros((B, Hq)) for name in PATTERNS}
+    for b in range(B):
+        a = weights[b].astype(np.float64)  # (Hq, S, S), a copy: the exclusions do not touch the answer's weights
+        if exclude_bos:
+            a[:, :, 0] = 0.0
+        if exclude_current_token:
+            idx = np.arange(a.shape[-1])
+            a[:, idx, idx] = 0.0
+        denominators = a.sum(axis=(1, 2))
+        for name, pattern in detection_patterns(tokens[b]).items():
+            numerators = np.einsum("hij,ij->h", a, pattern)
+            scores[name][b] = np.divide(numerators, denominators, out=np.zeros(Hq), where=denominators != 0)
+    return scores
+
+
+def norm_weights(weights: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """``||A_ij v_j||`` ``(B, Hq, L, S)`` in the weights' dtype; ``value`` ``(B, Hkv, S, Ev)``."""
+    B, Hq, L, S = weights.shape
+    Hkv = value.shape[1]
+    norms = np.sqrt(np.einsum("bksd,bksd->bks", value.astype(np.float64), value.astype(np.float64)))
+    per_query_head = np.repeat(norms, Hq // Hkv, axis=1)  # (B, Hq, S)
+    normed: np.ndarray = np.abs(weights.astype(np.float64)) * per_query_head[:, :, None, :]
+    return normed.astype(weights.dtype, copy=False)
+
+
+def norm_summary(weights: np.ndarray, normed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per head: (``norm_max_share``, ``norm_argmax_agreement``, rows counted) over the rows with norm mass."""
+    mass = normed.sum(axis=-1, dtype=np.float64)
+    counted = mass > 0
+    rows = counted.sum(axis=-1)
+    share = np.divide(normed.max(axis=-1).astype(np.float64), mass, out=np.zeros(mass.shape), where=counted)
+    agree = (normed.argmax(axis=-1) == weights.argmax(axis=-1)) & counted
+    mean_share = np.divide(np.where(counted, share, 0.0).sum(axis=-1), rows, out=np.zeros(rows.shape), where=rows > 0)
+    agreement = np.divide(agree.sum(axis=-1), rows, out=np.zeros(rows.shape), where=rows > 0)
+    return mean_share, agreement, rows
+
+
+@dataclass(frozen=True, slots=True)
+class Inspection:
+    """The per-head inspection of one layer (module docstring), ``(B, Hq)`` arrays."""
+
+    sink_positions: int
+    sink_mass: np.ndarray
+    spectral_norm: np.ndarray
+    live_rows: np.ndarray
+    patterns: dict[str, np.ndarray] | None = None
+    norm_max_share: np.ndarray | None = None
+    norm_argmax_agreement: np.ndarray | None = None
+
+    def heads(self) -> list[dict[str, Any]]:
+        """JSON-ready, one entry per (batch, query head) in that order."""
+        B, H = self.sink_mass.shape
+        entries = []
+        for b in range(B):
+            for h in range(H):
+                entry: dict[str, Any] = {
+                    "batch": b,
+                    "head": h,
+                    "sink_mass": float(self.sink_mass[b, h]),
+                    "spectral_norm": float(self.spectral_norm[b, h]),
+                    "live_rows": int(self.live_rows[b, h]),
+                }
+                if self.patterns is not None:
+                    entry.update({name: float(score[b, h]) for name, score in self.patterns.items()})
+                if self.norm_max_share is not None and self.norm_argmax_agreement is not None:
+                    entry["norm_max_share"] = float(self.norm_max_share[b, h])
+                    entry["norm_argmax_agreement"] = float(self.norm_argmax_agreement[b, h])
+                entries.append(entry)
+        return entries
+
+
+def inspect(
+    weights: np.ndarray,
+    valid_keys: np.ndarray,
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    *,
+    factor: float,
+    key_lengths: np.ndarray | None = None,
+    sink_positions: int = DEFAULT_SINK_POSITIONS,
+    tokens: np.ndarray | None = None,
+    exclude_bos: bool = False,
+    exclude_current_token: bool = False,
+    normed: np.ndarray | None = None,
+) -> Inspection:
+    """The inspection of one layer, every array in rank 4 (module docstring); ``normed``: the norm-based weights
+    when they were computed (their summary is added).
+    """
+    patterns = None
+    if tokens is not None:
+        patterns = pattern_scores(weights, tokens, exclude_bos=exclude_bos, exclude_current_token=exclude_current_token)
+    share = agreement = None
+    if normed is not None:
+        share, agreement, _ = norm_summary(weights, normed)
+    return Inspection(
+        sink_positions=sink_positions,
+        sink_mass=sink_mass(weights, valid_keys, sink_positions),
+        spectral_norm=spectral_norms(query, key, factor, key_lengths),
+        live_rows=(valid_keys > 0).sum(axis=-1),
+        patterns=patterns,
+        norm_max_share=share,
+        norm_argmax_agreement=agreement,
+    )
