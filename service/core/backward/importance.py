@@ -28,4 +28,5 @@ def head_importance(output: np.ndarray, grad_output: np.ndarray) -> np.ndarray:
     if o.shape != g.shape:
         raise ValueError(f"output {o.shape} and grad_output {g.shape} differ")
     total: np.ndarray = np.einsum("bhld,bhld->bh", o.astype(np.float64, copy=False), g.astype(np.float64, copy=False))
-    return np.abs(total).astype(output.dtype, copy=False)
+    importance: np.ndarray = np.abs(total).astype(output.dtype, copy=False)
+    return importance
