@@ -46,12 +46,16 @@ OUTPUTS = ("output", "weights")
 
 
 @contextmanager
-def service(log: Path) -> Iterator[tuple[str, str]]:
-    """The service on free ports; yields (REST host:port, gRPC host:port) once ready."""
+def service(log: Path, settings: dict[str, str] | None = None, root: Path = ROOT) -> Iterator[tuple[str, str]]:
+    """The service on free ports (with ``settings``, ATTN_* variables, if given; from the checkout ``root``, this one
+    by default); yields (REST host:port, gRPC host:port) once ready.
+    """
     port, grpc_port = free_port(), free_port()
     env = {**os.environ, "ATTN_PORT": str(port), "ATTN_GRPC_PORT": str(grpc_port), "ATTN_LOG_LEVEL": "warning"}
+    env.update(settings or {})
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], cwd=ROOT, env=env, stdout=out, stderr=out)
+        env["PYTHONPATH"] = str(root)  # the checkout's package first (an editable install points at this one)
+        proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], cwd=root, env=env, stdout=out, stderr=out)
         try:
             deadline = time.monotonic() + 300
             while True:

@@ -7,7 +7,8 @@ Starts the service as production runs it (``python -m service serve``, one worke
 with a random prompt (1 to 64 positions, 4 query heads over 2 key heads, head size 32, float32), step each 1 to
 20 times (one position a step), and end half of them; the other half are abandoned. Every step's output is
 compared with its own stateless recompute (``service.core``'s attention over the whole prefix, ``bottom_right``,
-in the client), within the engines' float32 agreement (1e-5: the server's ``auto`` may run ONNX). The server's resident memory is sampled every 0.2 s.
+in the client), within the engines' float32 agreement (1e-5: the server's ``auto`` may run ONNX). The server's
+resident memory is sampled every 0.2 s.
 
 Afterwards each abandoned sequence is stepped once more: the refusal says how long it had been idle when it was
 evicted (``after N s without a step``). Checks: RSS stays within the memory budget plus 400 MB, every abandoned

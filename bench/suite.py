@@ -62,6 +62,26 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "docs/benchmarks/diagnostics.md",
     ),
     Benchmark(
+        "sessions",
+        "bench.bench_sessions",
+        "decode steps of an attention session (gRPC unary, /v2 binary, gRPC stream) against the stateless request",
+        "docs/benchmarks/sessions.md",
+        needs="test extras",
+    ),
+    Benchmark(
+        "sessions-soak",
+        "bench.soak_sessions",
+        "sessions started, stepped and abandoned at random by many clients: memory, idle eviction, exact answers",
+        "docs/benchmarks/sessions.md",
+    ),
+    Benchmark(
+        "inspection",
+        "bench.bench_inspection",
+        "what the per-head inspection costs a medium /v2 request, on and off, against a version without it",
+        "docs/benchmarks/inspection.md",
+        needs="test extras",
+    ),
+    Benchmark(
         "layers",
         "bench.bench_layers",
         "what the service's layers cost over the bare maths for a tiny request, per form, in process",

@@ -102,6 +102,12 @@ def _large_reason(scores: int) -> str:
     )
 
 
+VIEW_REASON = (
+    "keys and values that are a view of a larger buffer (an attention session's cache): numpy reads them in place, "
+    "ONNX Runtime would copy them first"
+)
+
+
 @lru_cache(maxsize=8)
 def _sorting_reason(normalizer: str) -> str:
     return f"{normalizer}: numpy's sort-based pass is faster than the ONNX graph on the CPU"
@@ -186,6 +192,8 @@ class EngineDispatcher:
         first = self.engines.get(self.order[0])
         if not _on_cpu(first):
             return self.order, ""
+        if not (forward.inputs.key.flags.c_contiguous and forward.inputs.value.flags.c_contiguous):
+            return self._numpy_first, VIEW_REASON
         normalizer = forward.params.normalizer
         if normalizer in NUMPY_FIRST_NORMALIZERS:
             return self._numpy_first, _sorting_reason(normalizer)

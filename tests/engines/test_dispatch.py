@@ -266,3 +266,20 @@ def test_large_tasks_with_weights_try_numpy_first_on_an_arena_less_cpu_onnx() ->
     assert pick(CpuOnnx(memory_arena=True), need_weights=True) == "onnx"  # with its arena ONNX is faster
     assert pick(CpuOnnx(), need_weights=True, large=scores) == "onnx"  # at the threshold, not above
     assert pick(CpuOnnx(), need_weights=True, large=0) == "onnx"  # 0 turns it off
+
+
+def test_keys_and_values_that_are_a_view_try_numpy_first_on_a_cpu_onnx() -> None:
+    """A session's cache is a view of a larger buffer: numpy reads it in place, ONNX Runtime would copy it."""
+    numpy = FakeEngine("numpy")
+    task = a_task()
+    buffer = np.zeros((2, 96, 8))
+    buffer[:, :48] = task.inputs.key
+    view = AttentionTask(
+        inputs=AttentionInputs(task.inputs.query, buffer[:, :48], buffer[:, :48]),
+        params=task.params,
+        dtype=task.dtype,
+    )
+    dispatcher = EngineDispatcher({"numpy": numpy, "onnx": CpuOnnx()})
+    engine, choice = dispatcher.select(view, "auto")
+    assert engine is numpy and "a view of a larger buffer" in choice.reason
+    assert dispatcher.select(task, "auto")[0].name == "onnx"  # the same task with contiguous keys: ONNX first

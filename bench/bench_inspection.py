@@ -1,0 +1,105 @@
+"""What the per-head inspection costs a medium request (issue 31's target), over the socket, in one run.
+
+    python -m bench inspection [--rounds 5] [--calls 200] [--baseline REF]
+
+Serves ``attention`` as production does (``python -m service serve``) and times sequential ``/v2`` requests with
+tritonclient.http and binary tensors, (1, 8, 128, 64) float32, output and weights back, diagnostics on (the
+default), in interleaved rounds: with the inspection off and on (``inspection: true``, no token ids). With
+``--baseline REF`` a second server runs the checkout of ``REF`` (a git worktree under ``build/``), a version
+without the inspection, timed the same way in the same rounds: the inspection's presence when it is off.
+Each cell is the median of the rounds' p50s. Targets: on at most 1.10x off; off within the run-to-run noise
+(about 2%) of the baseline.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+import tritonclient.http as th
+
+from bench.bench_grpc import ROOT, service
+from bench.suite import Parser
+
+SHAPE = (1, 8, 128, 64)
+
+
+def arguments() -> Parser:
+    parser = Parser(__name__, __doc__, quick={"rounds": 1, "calls": 10})
+    parser.add_rounds(5)
+    parser.add_argument("--calls", type=int, default=200, help="requests per round and form (default 200)")
+    parser.add_argument("--baseline", help="a git ref without the inspection, served beside this checkout")
+    return parser
+
+
+def caller(url: str, inspection: bool | None) -> Callable[[], object]:
+    rng = np.random.default_rng(0)
+    client = th.InferenceServerClient(url)
+    inputs = []
+    for name in ("query", "key", "value"):
+        tensor = th.InferInput(name, list(SHAPE), "FP32")
+        tensor.set_data_from_numpy(rng.standard_normal(SHAPE, dtype=np.float32), binary_data=True)
+        inputs.append(tensor)
+    outputs = [th.InferRequestedOutput(n, binary_data=True) for n in ("output", "weights")]
+    parameters = {} if inspection is None else {"inspection": inspection}
+
+    def call() -> object:
+        return client.infer("attention", inputs, outputs=outputs, parameters=parameters)
+
+    return call
+
+
+def p50(call: Callable[[], object], calls: int) -> float:
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def worktree(ref: str) -> Path:
+    path = ROOT / "build" / f"bench-baseline-{ref.replace('/', '-')}"
+    if not path.exists():
+        subprocess.run(["git", "worktree", "add", "--detach", str(path), ref], cwd=ROOT, check=True)
+    return path
+
+
+def main(argv: list[str]) -> int:
+    args = arguments().parse(argv)
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        rest, _ = stack.enter_context(service(Path(tmp) / "service.log"))
+        forms: dict[str, Callable[[], object]] = {
+            "inspection off": caller(rest, False),
+            "inspection on": caller(rest, True),
+        }
+        if args.baseline:
+            base, _ = stack.enter_context(service(Path(tmp) / "baseline.log", root=worktree(args.baseline)))
+            forms[f"baseline {args.baseline}"] = caller(base, None)
+        for call in forms.values():  # warm every path
+            for _ in range(30):
+                call()
+        results: dict[str, list[float]] = {name: [] for name in forms}
+        for _ in range(args.rounds):
+            for name, call in forms.items():
+                results[name].append(p50(call, args.calls))
+    medians = {name: statistics.median(values) for name, values in results.items()}
+    print(f"/v2 binary {SHAPE} float32, output + weights + diagnostics; median of {args.rounds} rounds' p50s\n")
+    print("| server and form | p50 (ms) | rounds' spread (ms) | ratio |")
+    print("|---|---:|---:|---|")
+    off = medians["inspection off"]
+    for name, values in results.items():
+        ratio = medians[name] / off
+        print(f"| {name} | {medians[name]:.2f} | {min(values):.2f} to {max(values):.2f} | {ratio:.3f}x off |")
+    on_ratio = medians["inspection on"] / off
+    print(f"\n- on / off: {on_ratio:.3f} (target <= 1.10): {'met' if on_ratio <= 1.10 else 'missed'}")
+    if args.baseline:
+        base_ratio = off / medians[f"baseline {args.baseline}"]
+        print(f"- off / baseline: {base_ratio:.3f} (target: within the noise, about 1.02)")
+    return 0
