@@ -106,3 +106,13 @@ def test_norm_weights_and_their_summary() -> None:
     # head 0: argmax by weight is key 0, by norm key 1; head 1: row 0 ties at key 0 by weight (first index),
     # key 1 by norm; row 1 agrees
     np.testing.assert_allclose(agreement, [[0.0, 0.5]])
+
+
+def test_spectral_norm_of_float32_requests_within_float32_precision() -> None:
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((1, 8, 128, 64)).astype(np.float32)
+    k = rng.standard_normal((1, 4, 100, 64)).astype(np.float32)
+    got = spectral_norms(q, k, 0.125)
+    for h in range(8):
+        logits = q[0, h].astype(np.float64) @ k[0, h // 2].astype(np.float64).T * 0.125
+        assert got[0, h] == pytest.approx(np.linalg.norm(logits, 2), rel=1e-5)

@@ -9,9 +9,13 @@ each shared by ``Hq / Hkv`` query heads), per (batch ``b``, query head ``h``):
   padding. 0 for a head without a live row.
 - **spectral norm** (Zhai et al. 2023, "Stabilizing Transformer Training by Preventing Attention Entropy
   Collapse"): the largest singular value of the logits ``M = Q_h K_h^T * scale / T`` before any mask, over the
-  keys that ``key_lengths`` keeps. Computed exactly, without forming ``M``: with the thin QR factorizations
-  ``Q_h = U R_q`` and ``K_h = W R_k`` (``U``, ``W`` with orthonormal columns), ``M = U (R_q R_k^T) W^T``
-  has the singular values of the small ``R_q R_k^T`` (at most ``E x E``): ``O((L + S) E^2)`` a head.
+  keys that ``key_lengths`` keeps. Computed exactly, without forming ``M``: ``||M||_2^2`` is the largest
+  eigenvalue of ``M^T M = K (Q^T Q) K^T``, whose non-zero eigenvalues are those of ``G_q G_k`` (the ``E x E`` Gram
+  matrices ``G_q = Q^T Q``, ``G_k = K^T K``), hence of the symmetric ``R^T G_k R`` with ``G_q = R R^T`` (Cholesky):
+  one symmetric ``E x E`` eigenvalue problem a head, after ``O((L + S) E^2)`` for the Gram matrices, in the
+  request's precision (float32 requests: about 1e-6 relative; float64: to 1e-12 of numpy's SVD of ``M``). Where
+  ``G_q`` is singular (fewer queries than ``E``, repeated queries) the head falls back to the thin QR
+  factorizations ``Q = U R_q``, ``K = W R_k``: ``M`` has the singular values of the small ``R_q R_k^T``.
 - **head pattern scores** (TransformerLens ``head_detector.py``, its ``"mul"`` error measure), when the token ids
   are given (``L == S``): ``sum(A' * P) / sum(A')`` with ``P`` the 0/1 detection pattern (previous token:
   ``j == i - 1``; duplicate token: ``j < i`` and ``t_j == t_i``; induction: ``1 <= j <= i`` and
@@ -65,12 +69,26 @@ def spectral_norms(
         n = S if key_lengths is None else int(key_lengths[b])
         if n == 0:
             continue
-        r_keys = [np.linalg.qr(key[b, kv, :n].astype(np.float64), mode="r") for kv in range(Hkv)]
-        for h in range(Hq):
-            r_query = np.linalg.qr(query[b, h].astype(np.float64), mode="r")
-            small = r_query @ r_keys[h // group].T
-            out[b, h] = np.linalg.svd(small, compute_uv=False)[0] * abs(factor)
-    return out
+        q, k = query[b], key[b, :, :n]  # (Hq, L, E) and (Hkv, n, E), in the request's precision
+        gram_q = np.swapaxes(q, -1, -2) @ q
+        gram_k = (np.swapaxes(k, -1, -2) @ k)[:, None]  # (Hkv, 1, E, E): shared by the group's query heads
+        try:
+            root = np.linalg.cholesky(gram_q).reshape(Hkv, group, *gram_q.shape[1:])
+        except np.linalg.LinAlgError:  # a singular G_q in some head: the QR route for every head of this entry
+            out[b] = _qr_norms(q.astype(np.float64), k.astype(np.float64), group)
+            continue
+        symmetric = np.swapaxes(root, -1, -2) @ gram_k @ root
+        out[b] = np.sqrt(np.clip(np.linalg.eigvalsh(symmetric)[..., -1].reshape(Hq), 0.0, None))
+    return out * abs(factor)
+
+
+def _qr_norms(q: np.ndarray, k: np.ndarray, group: int) -> np.ndarray:
+    """The largest singular value of ``q_h k_h^T`` per head through the thin QR factorizations (module docstring)."""
+    r_keys = np.linalg.qr(k, mode="r")
+    r_query = np.linalg.qr(q, mode="r")
+    small = r_query @ np.swapaxes(np.repeat(r_keys, group, axis=0), -1, -2)
+    norms: np.ndarray = np.linalg.svd(small, compute_uv=False)[:, 0]
+    return norms
 
 
 def detection_patterns(tokens: np.ndarray) -> dict[str, np.ndarray]:
@@ -111,10 +129,11 @@ def norm_weights(weights: np.ndarray, value: np.ndarray) -> np.ndarray:
     """``||A_ij v_j||`` ``(B, Hq, L, S)`` in the weights' dtype; ``value`` ``(B, Hkv, S, Ev)``."""
     B, Hq, L, S = weights.shape
     Hkv = value.shape[1]
-    norms = np.sqrt(np.einsum("bksd,bksd->bks", value.astype(np.float64), value.astype(np.float64)))
-    per_query_head = np.repeat(norms, Hq // Hkv, axis=1)  # (B, Hq, S)
-    normed: np.ndarray = np.abs(weights.astype(np.float64)) * per_query_head[:, :, None, :]
-    return normed.astype(weights.dtype, copy=False)
+    v = value.astype(weights.dtype, copy=False)
+    norms = np.sqrt(np.einsum("bksd,bksd->bks", v, v))  # (B, Hkv, S), in the weights' precision
+    grouped = np.abs(weights).reshape(B, Hkv, Hq // Hkv, L, S) * norms[:, :, None, None, :]
+    normed: np.ndarray = grouped.reshape(B, Hq, L, S)
+    return normed
 
 
 def norm_summary(weights: np.ndarray, normed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -122,7 +141,7 @@ def norm_summary(weights: np.ndarray, normed: np.ndarray) -> tuple[np.ndarray, n
     mass = normed.sum(axis=-1, dtype=np.float64)
     counted = mass > 0
     rows = counted.sum(axis=-1)
-    share = np.divide(normed.max(axis=-1).astype(np.float64), mass, out=np.zeros(mass.shape), where=counted)
+    share = np.divide(normed.max(axis=-1), mass, out=np.zeros(mass.shape), where=counted)
     agree = (normed.argmax(axis=-1) == weights.argmax(axis=-1)) & counted
     mean_share = np.divide(np.where(counted, share, 0.0).sum(axis=-1), rows, out=np.zeros(rows.shape), where=rows > 0)
     agreement = np.divide(agree.sum(axis=-1), rows, out=np.zeros(rows.shape), where=rows > 0)
