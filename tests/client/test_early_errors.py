@@ -48,6 +48,8 @@ def _recording(answer: dict[str, Any] | None = None) -> tuple[AttentionClient, l
     return AttentionClient("http://test", transport=httpx.MockTransport(handler)), seen
 
 
+ONE = ([[1.0]], [[1.0]], [[1.0]])
+
 BAD_CALLS: list[tuple[str, Callable[[AttentionClient], object], str]] = [
     ("ragged", lambda c: c.attention([[1.0, 2.0], [3.0]], [[1.0, 2.0]], [[1.0]]), "query: a ragged nested list"),
     ("text", lambda c: c.softmax(["1", "2"]), "logits: must hold numbers"),
@@ -74,6 +76,20 @@ BAD_CALLS: list[tuple[str, Callable[[AttentionClient], object], str]] = [
         "grad_output",
         lambda c: c.attention_backward([[1.0]], [[1.0]], [[1.0]], [["a"]]),
         "grad_output: must hold numbers",
+    ),
+    ("ragged token ids", lambda c: c.attention(*ONE, token_ids=[[1, 2], [3]]), "token_ids: a ragged nested list"),
+    ("text token ids", lambda c: c.attention(*ONE, token_ids=[["a", "b"]]), "token_ids: must hold numbers"),
+    ("token ids as a string", lambda c: c.attention(*ONE, token_ids="1 2"), "token_ids: expected [B, S]"),  # type: ignore[arg-type]
+    ("fractional token ids", lambda c: c.attention(*ONE, token_ids=[[1.5]]), "token_ids: expected integer"),
+    ("boolean token ids", lambda c: c.attention(*ONE, token_ids=[[True]]), "token_ids: expected integer"),
+    ("one axis of token ids", lambda c: c.attention(*ONE, token_ids=[1, 2]), "token_ids: expected [B, S]"),
+    ("sink positions", lambda c: c.attention(*ONE, sink_positions="4"), "sink_positions: expected an integer"),  # type: ignore[arg-type]
+    ("bool sink positions", lambda c: c.attention(*ONE, sink_positions=True), "sink_positions: expected an integer"),
+    ("exclude_bos", lambda c: c.attention(*ONE, exclude_bos="yes"), "exclude_bos: expected True or False"),  # type: ignore[arg-type]
+    (
+        "exclude_current_token",
+        lambda c: c.attention(*ONE, exclude_current_token=1),  # type: ignore[arg-type]
+        "exclude_current_token: expected True or False",
     ),
 ]
 
@@ -176,8 +192,8 @@ from typing import assert_type
 import numpy as np
 import numpy.typing as npt
 from typing import Any
-from attention_client import AsyncAttentionClient, AttentionClient, AttentionResult, SampleDiagnostics
-from attention_client.results import HeadDiagnostics, RowValues, TokenLogprob
+from attention_client import AsyncAttentionClient, AttentionClient, AttentionResult, InspectionReport, SampleDiagnostics
+from attention_client.results import HeadDiagnostics, HeadInspection, RowValues, TokenLogprob
 
 def sync(c: AttentionClient) -> None:
     r = c.attention([[1.0]], [[1.0]], [[1.0]])
@@ -197,6 +213,14 @@ def sync(c: AttentionClient) -> None:
     assert_type(c.attention_backward([[1.0]], [[1.0]], [[1.0]], [[1.0]]).grad_key, npt.NDArray[Any])
     assert_type(c.softmax([1.0]).diagnostics["entropy"], RowValues)
     assert_type(c.ready(), bool)
+    ins = c.attention([[1.0]], [[1.0]], [[1.0]], returns=["inspection", "norm_weights"], token_ids=[[1]])
+    assert_type(ins.inspection, InspectionReport | None)
+    assert ins.inspection is not None
+    assert_type(ins.inspection["heads"][0], HeadInspection)
+    assert_type(ins.inspection["heads"][0]["sink_mass"], float)
+    assert_type(ins.norm_weights, npt.NDArray[Any] | None)
+    back = c.attention_backward([[1.0]], [[1.0]], [[1.0]], [[1.0]], returns=["head_importance"])
+    assert_type(back.head_importance, npt.NDArray[Any] | None)
 
 async def asynchronous(c: AsyncAttentionClient) -> None:
     r = await c.attention([[1.0]], [[1.0]], [[1.0]])

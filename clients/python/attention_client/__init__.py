@@ -12,6 +12,8 @@ bad (a ragged list, text for numbers) raises :class:`ValidationError` before any
     with AttentionClient("http://127.0.0.1:8000") as client:  # or "127.0.0.1:8000"
         r = client.attention(q, k, v, causal="top_left", normalizer="entmax15")
         r.output, r.weights, r.diagnostics["entropy"], r.engine.name, r.request_id
+        i = client.attention(q, k, v, returns=["inspection", "norm_weights"], token_ids=ids)
+        i.inspection["heads"][0]["sink_mass"], i.norm_weights  # per-head inspection, ||A_ij v_j||
 
 ``client.session()`` is an attention session (the server keeps a sequence's keys and values; each
 step sends only its new positions)::
@@ -56,6 +58,8 @@ from attention_client.results import (
     GradientHealth,
     HeadDiagnostics,
     HeadGradientHealth,
+    HeadInspection,
+    InspectionReport,
     ReliabilityBin,
     SampleDiagnostics,
     SampleResult,
@@ -91,6 +95,8 @@ __all__ = [
     "GradientHealth",
     "HeadDiagnostics",
     "HeadGradientHealth",
+    "HeadInspection",
+    "InspectionReport",
     "OverloadedError",
     "PayloadTooLargeError",
     "ReliabilityBin",

@@ -41,6 +41,9 @@ ANALYZE_PATH = "/v1/attention/analyze"
 SAMPLE_PATH = "/v1/sample"
 CALIBRATE_PATH = "/v1/calibrate"
 
+DEFAULT_SINK_POSITIONS = 4
+"""The service's default ``sink_positions`` (not sent: a default call's body stays as it was before inspection)."""
+
 _NUMERIC_KINDS = frozenset("biuf")
 """numpy dtype kinds a tensor may have: bool, signed and unsigned integers, floats."""
 _KIND_NAMES = {"U": "text", "S": "bytes", "O": "Python objects (None, mixed types)", "c": "complex numbers"}
@@ -115,6 +118,28 @@ def _floats(values: Any, field: str) -> list[float] | None:
     return [_float(v, field) for v in values]
 
 
+def _flag(value: Any, field: str) -> bool:
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise invalid_input(field, f"expected True or False, got {value!r}")
+
+
+def _token_ids(value: Any) -> list[list[int]] | None:
+    """``[B, S]`` token ids as lists of Python ints: a rectangular 2-D array of integers (integral floats pass)."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes):
+        raise invalid_input("token_ids", f"expected [B, S] integer token ids, got {value!r}")
+    array = as_array(value, "token_ids")
+    if array.ndim != 2:
+        raise invalid_input("token_ids", f"expected [B, S] integer token ids (2 axes), got shape {list(array.shape)}")
+    if array.dtype.kind == "b" or (
+        array.dtype.kind == "f" and not (np.isfinite(array).all() and (array == np.round(array)).all())
+    ):
+        raise invalid_input("token_ids", f"expected integer token ids, got {array.dtype} values")
+    return [[int(v) for v in row] for row in array.tolist()]
+
+
 def _causal(value: Any) -> Causal | None:
     if value is None or isinstance(value, bool):
         return value
@@ -140,7 +165,18 @@ def attention_body(
     engine: EngineName | None,
     precision: Precision | None,
     returns: Sequence[str] | None,
+    sink_positions: int | None = None,
+    token_ids: npt.ArrayLike | None = None,
+    exclude_bos: bool | None = None,
+    exclude_current_token: bool | None = None,
 ) -> dict[str, Any]:
+    """The body of ``/v1/attention``. The inspection's options (``sink_positions`` and after) are sent only when
+    they differ from the service's defaults (4, none, False, False): a default call's body is what a server without
+    the inspection takes, and the backward body, which has no such fields, is built from this one.
+    """
+    sinks = _opt_int(sink_positions, "sink_positions")
+    bos = None if exclude_bos is None else _flag(exclude_bos, "exclude_bos")
+    current = None if exclude_current_token is None else _flag(exclude_current_token, "exclude_current_token")
     body = {
         "query": _required_tensor(query, "query"),
         "key": _required_tensor(key, "key"),
@@ -159,6 +195,10 @@ def attention_body(
         precision=precision,
         encoding="base64",
         **{"return": None if returns is None else list(returns)},
+        sink_positions=None if sinks == DEFAULT_SINK_POSITIONS else sinks,
+        token_ids=_token_ids(token_ids),
+        exclude_bos=bos or None,
+        exclude_current_token=current or None,
     )
 
 

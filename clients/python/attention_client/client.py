@@ -187,6 +187,10 @@ class AttentionClient:
         engine: EngineName = ...,
         precision: Precision = ...,
         returns: None = ...,
+        sink_positions: int = ...,
+        token_ids: npt.ArrayLike | None = ...,
+        exclude_bos: bool = ...,
+        exclude_current_token: bool = ...,
         request_id: str | None = ...,
         timeout: float | None = ...,
     ) -> DefaultAttentionResult: ...
@@ -208,6 +212,10 @@ class AttentionClient:
         engine: EngineName = ...,
         precision: Precision = ...,
         returns: Sequence[AttentionReturn],
+        sink_positions: int = ...,
+        token_ids: npt.ArrayLike | None = ...,
+        exclude_bos: bool = ...,
+        exclude_current_token: bool = ...,
         request_id: str | None = ...,
         timeout: float | None = ...,
     ) -> AttentionResult: ...
@@ -228,6 +236,10 @@ class AttentionClient:
         engine: EngineName = "auto",
         precision: Precision = "float32",
         returns: Sequence[AttentionReturn] | None = None,
+        sink_positions: int = 4,
+        token_ids: npt.ArrayLike | None = None,
+        exclude_bos: bool = False,
+        exclude_current_token: bool = False,
         request_id: str | None = None,
         timeout: float | None = None,
     ) -> AttentionResult:
@@ -249,9 +261,17 @@ class AttentionClient:
             engine: ``"auto"`` (the service picks), ``"numpy"`` or ``"onnx"``.
             precision: ``"float32"`` or ``"float64"``: the compute and answer dtype.
             returns: What to send back, of ``"output"``, ``"weights"``, ``"scores"``, ``"diagnostics"``,
-                ``"gradient_health"`` (the API's ``return`` field). Default (None): output, weights and
-                diagnostics, as a :class:`~attention_client.DefaultAttentionResult` whose fields for them are
+                ``"gradient_health"``, ``"inspection"`` (per-head sink mass, spectral norm, pattern scores) and
+                ``"norm_weights"`` (``||A_ij v_j||``) (the API's ``return`` field). Default (None): output, weights
+                and diagnostics, as a :class:`~attention_client.DefaultAttentionResult` whose fields for them are
                 never None.
+            sink_positions: With ``"inspection"``: ``sink_mass`` is each head's mean weight on keys 0 to
+                ``sink_positions - 1``. Sent only when it is not 4 (the service's default).
+            token_ids: With ``"inspection"``: ``(B, S)`` integer token ids (``L == S``), for the previous-token,
+                duplicate-token and induction scores (TransformerLens' head detector, "mul"). A ragged list or
+                non-integers raise :class:`~attention_client.ValidationError` before sending.
+            exclude_bos: The pattern scores leave the first key's column out. Sent only when True.
+            exclude_current_token: The pattern scores leave the diagonal out. Sent only when True.
             request_id: Sent as ``X-Request-ID`` (the answer's id is the result's ``request_id``).
             timeout: Seconds for each attempt of this call; default the client's.
 
@@ -277,6 +297,10 @@ class AttentionClient:
             engine=engine,
             precision=precision,
             returns=returns,
+            sink_positions=sink_positions,
+            token_ids=token_ids,
+            exclude_bos=exclude_bos,
+            exclude_current_token=exclude_current_token,
         )
         parse = AttentionResult.parse if returns is not None else DefaultAttentionResult.parse
         return self._post(_requests.ATTENTION_PATH, body, parse, request_id, timeout)
@@ -417,7 +441,8 @@ class AttentionClient:
             engine: As for :meth:`attention`.
             precision: As for :meth:`attention`.
             returns: What to send back, of ``"grad_query"``, ``"grad_key"``, ``"grad_value"``, ``"grad_mask"``,
-                ``"grad_scale"``, ``"grad_temperature"``, ``"output"``, ``"weights"``, ``"gradient_health"``.
+                ``"grad_scale"``, ``"grad_temperature"``, ``"output"``, ``"weights"``, ``"gradient_health"``,
+                ``"head_importance"`` (``(B, H)``: ``|sum(grad_output * output)|`` per head, Michel et al. 2019).
                 Default (None): the three input gradients, as a
                 :class:`~attention_client.DefaultBackwardResult` whose fields for them are never None.
             request_id: Sent as ``X-Request-ID``.

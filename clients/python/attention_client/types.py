@@ -22,7 +22,7 @@ EngineName = Literal["auto", "numpy", "onnx"]
 Precision = Literal["float32", "float64"]
 Causal = bool | Literal["top_left", "bottom_right"]
 """``True`` means ``"top_left"`` (PyTorch ``is_causal``); ``"bottom_right"`` aligns the last query with the last key."""
-AttentionReturn = Literal["output", "weights", "scores", "diagnostics", "gradient_health"]
+AttentionReturn = Literal["output", "weights", "scores", "diagnostics", "gradient_health", "inspection", "norm_weights"]
 BackwardReturn = Literal[
     "grad_query",
     "grad_key",
@@ -33,6 +33,7 @@ BackwardReturn = Literal[
     "output",
     "weights",
     "gradient_health",
+    "head_importance",
 ]
 SessionReturn = Literal["output", "weights", "diagnostics"]
 """What a session's step can send back (no ``scores``: a step's row is the whole kept cache)."""
