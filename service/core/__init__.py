@@ -15,4 +15,5 @@ Layout:
 - ``probabilities``: a logits tensor normalized along one axis (/v1/softmax).
 - ``sampling``: logits post-processing and seeded draws (/v1/sample).
 - ``calibration``: temperature scaling and the reliability of predictions (/v1/calibrate).
+- ``rollout``: attention rollout across layers and its gradient-weighted form (/v1/attention/rollout).
 """
