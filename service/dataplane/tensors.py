@@ -22,6 +22,17 @@ class TensorLimits:
     max_elements: int = 1 << 24
 
 
+STACK_RANK = 5
+"""Rank of a stack of layers' weights ``[layers, B, H, L, L]`` (the rollout's input)."""
+
+
+def stack_limits(limits: TensorLimits) -> TensorLimits:
+    """Limits of a stack of layers' weights: rank up to :data:`STACK_RANK`, each layer within ``limits``'s element
+    count (checked by the operation, which names the layer's shape), the layers at most ``limits.max_dim``.
+    """
+    return TensorLimits(max_rank=STACK_RANK, max_dim=limits.max_dim, max_elements=limits.max_elements * limits.max_dim)
+
+
 def check_shape(shape: tuple[int, ...], name: str, limits: TensorLimits, min_rank: int) -> None:
     """Refuse a shape outside the limits: rank, any one dimension (each >= 1), element count."""
     if len(shape) > limits.max_rank or len(shape) < min_rank:

@@ -6,13 +6,15 @@ ends ask of some engines, each a protocol checked with ``isinstance`` (never ``g
 - :class:`Startable`: loads and warms up at start-up; :class:`Closable`: releases what it holds at shutdown;
 - :class:`Fallible`: a start-up that can fail for good, with the reason (degraded mode);
 - :class:`Costed`: work and memory estimates of a task, for the budgets;
-- :class:`GraphEngine`: runs exported graphs (ONNX): which graph runs a task, the verified models, the arena.
+- :class:`GraphEngine`: runs exported graphs (ONNX): which graph runs a task, the verified models, the arena;
+- :class:`Pooled`: a pool of worker threads that other work on arrays may share (the rollout's layers and rows).
 """
 
 from __future__ import annotations
 
 import re
 import weakref
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
@@ -125,6 +127,15 @@ class GraphEngine(Protocol):
     def models(self) -> dict[str, Any]: ...
 
 
+@runtime_checkable
+class Pooled(Protocol):
+    """An engine whose worker threads other work on arrays may share (the rollout's layers and row blocks): the pool
+    and its size while it is up (BLAS then runs one thread per call), ``(None, 1)`` while it is not.
+    """
+
+    def worker_pool(self) -> tuple[Executor | None, int]: ...
+
+
 _CAPABILITIES: weakref.WeakKeyDictionary[Any, dict[type, bool]] = weakref.WeakKeyDictionary()
 """What each engine was found to have: ``isinstance`` against a runtime-checkable protocol walks the protocol's
 members on every call (a few microseconds each in Python 3.11, several per tiny request); an engine's
@@ -167,6 +178,10 @@ def costed(engine: object) -> TypeGuard[Costed]:
 
 def runs_graphs(engine: object) -> TypeGuard[GraphEngine]:
     return has_capability(engine, GraphEngine)
+
+
+def pooled(engine: object) -> TypeGuard[Pooled]:
+    return has_capability(engine, Pooled)
 
 
 _PATH = re.compile(r"(?<![\w.])(?:[A-Za-z]:)?[/\\][^\s'\"()\[\],;]+")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -69,6 +69,10 @@ class NumpyEngine:
         if self._blas_limit is not None:
             self._blas_limit.restore_original_limits()
             self._blas_limit = None
+
+    def worker_pool(self) -> tuple[Executor | None, int]:
+        """The pool and its threads, for other work on arrays (:class:`~service.engines.base.Pooled`)."""
+        return (self._executor, self.threads) if self._executor is not None else (None, 1)
 
     def unsupported_reason(self, task: AttentionTask) -> str | None:
         return None

@@ -27,9 +27,11 @@ from service.http.routing import RawRoute
 from service.http.tracing import install_tracing
 from service.http.v1 import attention as v1_attention
 from service.http.v1 import logits as v1_logits
+from service.http.v1 import rollout as v1_rollout
 from service.http.v1 import sessions as v1_sessions
 from service.http.v1.gradient_schemas import AnalyzeRequest, AttentionBackwardRequest
 from service.http.v1.logits_schemas import CalibrateRequest, SampleRequest
+from service.http.v1.rollout_schemas import RolloutRequest
 from service.http.v1.schemas import AttentionRequest, SoftmaxRequest
 from service.http.v1.session_schemas import SessionStepRequest
 from service.http.v2 import routes as v2_routes
@@ -99,6 +101,7 @@ def route_table(plane: DataPlane, metrics: ServiceMetrics) -> list[APIRoute]:
         attention[0],  # /v1/attention
         logits[0],  # /v1/softmax
         *attention[1:],
+        *v1_rollout.routes(plane),
         *logits[1:],
         *v1_sessions.routes(plane),
         *v2_routes.routes(plane),
@@ -141,6 +144,7 @@ def build_app(
             SoftmaxRequest,
             AttentionBackwardRequest,
             AnalyzeRequest,
+            RolloutRequest,
             SampleRequest,
             CalibrateRequest,
             SessionStepRequest,

@@ -100,6 +100,22 @@ ANALYZE_RESPONSE: dict[str, Any] = {
     "timing_ms": {"decode": 12.7, "compute": 24.1, "total": 36.8},
 }
 
+ROLLOUT_REQUEST: dict[str, Any] = {
+    "weights": [
+        [[[[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]], [[1.0, 0.0, 0.0], [0.9, 0.1, 0.0], [0.6, 0.2, 0.2]]]],
+        [[[[1.0, 0.0, 0.0], [0.3, 0.7, 0.0], [0.1, 0.1, 0.8]], [[1.0, 0.0, 0.0], [0.7, 0.3, 0.0], [0.4, 0.4, 0.2]]]],
+    ],
+    "precision": "float64",
+}
+"""Two layers of two causal heads over three tokens ([2, 1, 2, 3, 3]): fused by their mean, each A_hat is
+0.5 * I + 0.5 * A_fused, and the answer is A_hat[1] @ A_hat[0]."""
+ROLLOUT_RESPONSE: dict[str, Any] = {
+    "rollout": [
+        [[1.0, 0.0, 0.0], [0.5125, 0.48750000000000004, 0.0], [0.31875000000000003, 0.175, 0.5062500000000001]]
+    ],
+    "timing_ms": {"decode": 0.4, "compute": 0.5, "encode": 0.02, "total": 0.92},
+}
+
 SAMPLE_REQUEST: dict[str, Any] = {
     "logits": [2.1, 0.5, -1.2, 3.0],
     "top_k": 2,
@@ -227,6 +243,7 @@ REQUEST_EXAMPLES: dict[str, Any] = {
     "softmax": SOFTMAX_REQUEST,
     "attention_backward": BACKWARD_REQUEST,
     "analyze": ANALYZE_REQUEST,
+    "attention_rollout": ROLLOUT_REQUEST,
     "sample": SAMPLE_REQUEST,
     "calibrate": CALIBRATE_REQUEST,
     "session_step": SESSION_STEP_REQUEST,
@@ -270,6 +287,7 @@ RESPONSE_EXAMPLES: dict[str, Any] = {
     "softmax": SOFTMAX_RESPONSE,
     "attention_backward": BACKWARD_RESPONSE,
     "analyze": ANALYZE_RESPONSE,
+    "attention_rollout": ROLLOUT_RESPONSE,
     "sample": SAMPLE_RESPONSE,
     "calibrate": CALIBRATE_RESPONSE,
     "session_step": SESSION_STEP_RESPONSE,
@@ -302,7 +320,14 @@ RESPONSE_EXAMPLES: dict[str, Any] = {
             ATTENTION_STATS,
             *(
                 idle_stats(name)
-                for name in ("softmax", "attention_backward", "sample", "calibrate", "attention_session")
+                for name in (
+                    "softmax",
+                    "attention_backward",
+                    "sample",
+                    "calibrate",
+                    "attention_session",
+                    "attention_rollout",
+                )
             ),
         ]
     },

@@ -26,6 +26,7 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("POST", "/v1/attention"): "attention",
     ("POST", "/v1/softmax"): "softmax",
     ("POST", "/v1/attention/analyze"): "analyze",
+    ("POST", "/v1/attention/rollout"): "attention_rollout",
     ("POST", "/v1/sessions/{sequence_id}/steps"): "session_step",
     ("GET", "/metrics"): "metrics",
     ("POST", "/v2/models/{model_name}/infer"): "model_infer",

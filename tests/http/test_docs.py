@@ -154,6 +154,7 @@ def test_documented_examples_are_what_the_service_answers(schema: dict[str, Any]
             ("/v1/softmax", "softmax"),
             ("/v1/attention/backward", "attention_backward"),
             ("/v1/attention/analyze", "analyze"),
+            ("/v1/attention/rollout", "attention_rollout"),
             ("/v1/sample", "sample"),
             ("/v1/calibrate", "calibrate"),
         ):

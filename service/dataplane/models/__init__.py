@@ -4,7 +4,8 @@ readiness, and how a decoded request runs on each.
 - ``base``: :class:`Model` and what the models share (parameters into options, precision, JSON text);
 - ``attention``: ``attention`` and ``attention_backward``;
 - ``logits``: ``softmax``, ``sample`` and ``calibrate``;
-- ``session``: ``attention_session`` (a key/value cache per sequence).
+- ``session``: ``attention_session`` (a key/value cache per sequence);
+- ``rollout``: ``attention_rollout`` (attention rollout across layers).
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from service.dataplane.errors import not_found
 from service.dataplane.models.attention import ATTENTION, ATTENTION_BACKWARD
 from service.dataplane.models.base import MODEL_VERSION, Model
 from service.dataplane.models.logits import CALIBRATE, SAMPLE, SOFTMAX
+from service.dataplane.models.rollout import ATTENTION_ROLLOUT
 from service.dataplane.models.session import ATTENTION_SESSION
 
 MODELS: dict[str, Model] = {
-    m.name: m for m in (ATTENTION, SOFTMAX, ATTENTION_BACKWARD, SAMPLE, CALIBRATE, ATTENTION_SESSION)
+    m.name: m for m in (ATTENTION, SOFTMAX, ATTENTION_BACKWARD, SAMPLE, CALIBRATE, ATTENTION_SESSION, ATTENTION_ROLLOUT)
 }
 """Every model, by name, in the order the server lists them."""
 

@@ -21,7 +21,7 @@ from service.dataplane.inference import PROTOCOL_PARAMETERS, InferRequest, Infer
 from service.dataplane.options import Encoding
 from service.dataplane.scheduling import Job
 from service.dataplane.sessions.store import SequenceId
-from service.dataplane.tensors import TensorLimits
+from service.dataplane.tensors import TensorLimits, stack_limits
 from service.dataplane.timing import Timing
 
 MODEL_VERSION = "1"
@@ -58,12 +58,15 @@ class Model:
     default_outputs: tuple[str, ...]
     parameters: Mapping[str, str]
     prepare: Prepare
-    limits: Literal["tensors", "logits"] = "tensors"
-    """Size limits of the inputs: the attention tensors' (``ATTN_MAX_*``) or the logits' (vocabulary-sized)."""
+    limits: Literal["tensors", "logits", "stacks"] = "tensors"
+    """Size limits of the inputs: the attention tensors' (``ATTN_MAX_*``), the logits' (vocabulary-sized) or a stack
+    of layers' weights (rank 5, each layer within the tensors' limits: :func:`.tensors.stack_limits`)."""
     stateful: bool = False
     """Reads the sequence parameters (``attention_session``); the other models refuse them."""
 
     def input_limits(self, ctx: Context) -> TensorLimits:
+        if self.limits == "stacks":
+            return stack_limits(ctx.limits)
         return ctx.logits_limits if self.limits == "logits" else ctx.limits
 
     def metadata(self) -> dict[str, Any]:

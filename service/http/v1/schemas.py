@@ -17,7 +17,7 @@ from pydantic_core import core_schema
 from service.dataplane.options import Alpha, Causal, NormalizerName, PositiveFloat, causal_alignment
 
 _DTYPES = ["float32", "float64", "float16", "bool"]
-_SHAPE = {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "maxItems": 4}
+_SHAPE = {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "maxItems": 5}
 _NUMBER_OR_BOOL = {"anyOf": [{"type": "number"}, {"type": "boolean"}]}
 _NUMBER_OR_NULL = {"anyOf": [{"type": "number"}, {"type": "null"}]}
 _FLAT_REF = {"$ref": "#/components/schemas/FlatTensor"}
@@ -71,11 +71,12 @@ BASE64_OUTPUT_TENSOR_JSON_SCHEMA: dict[str, Any] = {
 TENSOR_JSON_SCHEMA: dict[str, Any] = {
     "title": "Tensor",
     "description": (
-        "A tensor in one of three wire forms: a nested JSON array (rectangular, rank 1 to 4 as the field requires); "
+        "A tensor in one of three wire forms: a nested JSON array (rectangular, rank 1 to 4 as the field requires, 5 "
+        "for the stack of layers of /v1/attention/rollout); "
         "{shape, dtype, data} with flat C-order data; or {shape, dtype, b64} with the base64 of the "
         "little-endian C-order bytes. Values must be finite."
     ),
-    "anyOf": [*(_nested(_NUMBER_OR_BOOL, rank) for rank in range(1, 5)), _FLAT_REF, _B64_REF],
+    "anyOf": [*(_nested(_NUMBER_OR_BOOL, rank) for rank in range(1, 6)), _FLAT_REF, _B64_REF],
     "examples": [[[1.0, 0.0], [0.0, 1.0]], {"shape": [2, 2], "dtype": "float32", "b64": "AACAPwAAAEAAAEBAAACAQA=="}],
 }
 OUT_TENSOR_JSON_SCHEMA: dict[str, Any] = {

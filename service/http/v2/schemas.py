@@ -26,7 +26,7 @@ def _nested(item: dict[str, Any], rank: int) -> dict[str, Any]:
 
 TENSOR_DATA_SCHEMA: dict[str, Any] = {
     "description": "Tensor contents in row-major order: a flat array, or nested arrays of the tensor's shape.",
-    "anyOf": [_nested(_SCALAR, rank) for rank in range(1, 5)],
+    "anyOf": [_nested(_SCALAR, rank) for rank in range(1, 6)],
 }
 PARAMETERS_SCHEMA: dict[str, Any] = {
     "type": "object",

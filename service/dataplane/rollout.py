@@ -1,0 +1,244 @@
+"""The rollout operation: attention rollout across layers (:mod:`service.core.rollout`), checked, priced and run.
+
+The input is a stack ``[layers, B, H, L, L]`` of the layers' weights, first layer first (and, for the
+gradient-weighted form, the gradients of the same shape); the answer is ``[B, L, L]``, or ``[B, R, L]`` for the
+``R`` rows asked for. Each layer ``[B, H, L, L]`` is held to ``ATTN_MAX_TENSOR_ELEMENTS`` (a weights tensor that
+``/v1/attention`` could answer), the layers to ``ATTN_MAX_DIM``. The work is priced like the rest
+(:mod:`.budget`): float64 products, ``L^3`` per layer and batch entry for the whole answer, ``R * L^2`` for ``R``
+rows, plus the passes over the stack; a request over a limit is refused (``TOO_LARGE``) with a message that names
+``rows`` where the whole ``L x L`` answer is what is too large. Nothing is ever substituted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Annotated, Literal, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from service.core import rollout as core
+from service.dataplane import budget
+from service.dataplane.context import Context
+from service.dataplane.errors import invalid, too_large
+from service.dataplane.memory import MemoryLease
+from service.dataplane.scheduling import Job
+from service.dataplane.tensors import STACK_RANK
+from service.dataplane.timing import Timing
+from service.engines import cost
+from service.engines.base import pooled
+
+TIMING_ORDER = ("decode", "compute", "encode")
+STACK_SHAPE = "[layers, B, H, L, L]"
+
+HeadFusion = Literal["mean", "max", "min"]
+Fraction = Annotated[float, Field(strict=True, ge=0, le=1, allow_inf_nan=False)]
+
+CHECK_NS_PER_WEIGHT = 2.5
+"""Each weight's checks (minimum, row sums) and its share of the head fusion, read once from memory."""
+GRADIENT_NS_PER_WEIGHT = 4.0
+"""With gradients: their finiteness (minimum, maximum), the product with the weight, its positive part."""
+RENORMALIZE_NS_PER_WEIGHT = 2.0
+"""With ``renormalize``: each row's float64 sum and the scaled float64 copy of the head."""
+MATRIX_NS_PER_ENTRY = 3.0
+"""Each fused entry: the residual, the row renormalisation."""
+DISCARD_NS_PER_ENTRY = 12.0
+"""With ``discard_ratio``: the partition of each fused matrix and the comparisons."""
+
+
+class RolloutOptionsLike(Protocol):
+    """The scalar options of a rollout (the /v1 body's fields, the /v2 parameters)."""
+
+    @property
+    def head_fusion(self) -> str: ...
+    @property
+    def residual(self) -> float: ...
+    @property
+    def discard_ratio(self) -> float: ...
+    @property
+    def renormalize(self) -> bool: ...
+
+
+class RolloutOptions(BaseModel):
+    """The scalar options of a rollout, alone (the request parameters of the model ``attention_rollout``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    head_fusion: HeadFusion = "mean"
+    residual: Fraction = 0.5
+    discard_ratio: Fraction = 0.0
+    renormalize: StrictBool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StackDims:
+    """The sizes of a stack ``[layers, B, H, L, L]``."""
+
+    layers: int
+    B: int
+    H: int
+    L: int
+
+    @property
+    def weights(self) -> int:
+        return self.layers * self.B * self.H * self.L * self.L
+
+
+@dataclass(slots=True)
+class RolloutOutcome:
+    rollout: np.ndarray
+    """``[B, L, L]``, or ``[B, R, L]`` for the rows asked for, in the request's precision."""
+    timing: Timing
+
+
+def stack_dims(weights: np.ndarray, gradients: np.ndarray | None, max_elements: int) -> StackDims:
+    """The stack's sizes; refused (naming the field) unless it is ``[layers, B, H, L, L]`` with each layer within
+    ``max_elements`` and the gradients, when given, of the same shape.
+    """
+    shape = weights.shape
+    if len(shape) != STACK_RANK:
+        raise invalid(
+            f"weights has rank {len(shape)}; it must have rank 5: {STACK_SHAPE}, the layers' attention weights, "
+            "first layer first",
+            "weights",
+            "shape",
+        )
+    layers, batch, heads, rows, keys = shape
+    if rows != keys:
+        raise invalid(
+            f"weights has shape {list(shape)}: its last two axes must be equal ({STACK_SHAPE}, each layer's "
+            "attention over one sequence)",
+            "weights",
+            "shape",
+            4,
+        )
+    per_layer = batch * heads * rows * keys
+    if per_layer > max_elements:
+        raise invalid(
+            f"weights has {per_layer} elements per layer ([B, H, L, L] = {list(shape[1:])}), above the limit of "
+            f"{max_elements}",
+            "weights",
+            "shape",
+        )
+    if gradients is not None and gradients.shape != shape:
+        raise invalid(
+            f"gradients has shape {list(gradients.shape)}; it must have the weights' shape {list(shape)}",
+            "gradients",
+            "shape",
+        )
+    return StackDims(layers, batch, heads, rows)
+
+
+def estimate(
+    d: StackDims,
+    rows: int | None,
+    options: RolloutOptionsLike,
+    with_gradients: bool,
+    precision: str,
+    encoding: str,
+    *,
+    workers: int = 1,
+    costs: cost.CostModel | None = None,
+) -> tuple[float, int, int]:
+    """(flops, response bytes, memory bytes) of one rollout.
+
+    Work: the float64 products (at half the float32 GEMM rate, so counted twice), ``2 * R * L^2`` per layer after
+    the last and batch entry with ``R = rows`` or ``L``, plus the passes over the weights and the fused matrices.
+    Memory: the stack as decoded (at most float64) and the gradients, the fused matrices of every layer (float64
+    ``[layers, B, L, L]``), one head's float64 temporaries per worker thread, two product blocks of the answer's
+    size, the answer in its precision and the response.
+    """
+    out_rows = d.L if rows is None else rows
+    gemm = 2.0 * max(d.layers - 1, 0) * d.B * out_rows * d.L * d.L
+    per_weight = (
+        CHECK_NS_PER_WEIGHT + with_gradients * GRADIENT_NS_PER_WEIGHT + options.renormalize * RENORMALIZE_NS_PER_WEIGHT
+    )
+    entries = d.layers * d.B * d.L * d.L
+    per_entry = MATRIX_NS_PER_ENTRY + (options.discard_ratio > 0) * DISCARD_NS_PER_ENTRY
+    factor = budget.operations_costs(costs).factor("gemm")
+    flops = 2.0 * gemm * factor + budget.ns_as_flops(d.weights * per_weight + entries * per_entry)
+    answer = d.B * out_rows * d.L
+    response = int(answer * budget.bytes_per_number(precision, encoding) + 4096)
+    head_scratch = d.L * d.L * 8 * (1 + with_gradients + options.renormalize) * max(1, workers)
+    itemsize = 4 if precision == "float32" else 8
+    memory = d.weights * 8 * (1 + with_gradients) + entries * 8 + head_scratch + answer * (16 + itemsize) + response
+    return flops, response, memory
+
+
+def refuse_over_budget(ctx: Context, flops: float, response: int, memory: int, rows: int | None) -> None:
+    """``TOO_LARGE`` when the rollout is over a limit; the message names ``rows`` where the whole ``[B, L, L]``
+    answer is what is too large (its work or its size), and what helps otherwise.
+    """
+    limits = ctx.budget
+    whole = rows is None
+    hint = (
+        "; the whole [B, L, L] rollout is what is too large: send rows (e.g. [0], the first token's row, or [-1], "
+        "the last one) to have only those rows, [B, R, L], at R * L^2 work per layer instead of L^3"
+    )
+    if flops > limits.max_work_flops:
+        raise too_large(
+            f"estimated work {flops:.3g} GEMM-equivalent floating-point operations (about "
+            f"{flops / cost.REFERENCE_GEMM_FLOPS_PER_S:.2g} core-seconds) exceeds the limit of "
+            f"{limits.max_work_flops:.3g}" + (hint if whole else "; send fewer rows, layers or batch entries")
+        )
+    if response > limits.max_response_bytes:
+        raise too_large(
+            f"estimated response size {response} bytes exceeds the limit of {limits.max_response_bytes}"
+            + (hint if whole else "; send fewer rows or batch entries, or take the answer in a binary form")
+        )
+    reason = budget.check(limits, 0.0, 0, memory)
+    if reason is not None:
+        raise too_large(reason)
+
+
+def worker_pool(ctx: Context) -> tuple[Executor | None, int]:
+    """The numpy engine's worker threads, which the rollout's layers and row blocks share (none before it starts)."""
+    engine = ctx.dispatcher.engines.get("numpy")
+    return engine.worker_pool() if engine is not None and pooled(engine) else (None, 1)
+
+
+def rollout(
+    ctx: Context,
+    weights: np.ndarray,
+    gradients: np.ndarray | None,
+    rows: Sequence[int] | np.ndarray | None,
+    options: RolloutOptionsLike,
+    *,
+    sent_as: np.dtype,
+    precision: str,
+    encoding: str,
+    timing: Timing,
+) -> Job[RolloutOutcome]:
+    """The rollout of ``weights`` ``[layers, B, H, L, L]`` (:mod:`service.core.rollout`), computed in float64 and
+    answered in ``precision``. ``sent_as``: the dtype the weights came in on the wire (float64 for JSON lists),
+    which with the precision sets the row sums' tolerance (:func:`service.core.rollout.row_sum_tolerance`).
+    """
+    d = stack_dims(weights, gradients, ctx.limits.max_elements)
+    dtype = np.dtype(precision)
+    params = core.RolloutParams(
+        head_fusion=options.head_fusion,
+        residual=options.residual,
+        discard_ratio=options.discard_ratio,
+        renormalize=options.renormalize,
+        tolerance=core.row_sum_tolerance(sent_as, dtype),
+    )
+    core.check_params(params, gradients is not None)
+    picked = None if rows is None else core.resolve_rows(rows, d.L)
+    executor, workers = worker_pool(ctx)
+    count = None if picked is None else len(picked)
+    flops, response, memory = estimate(
+        d, count, options, gradients is not None, precision, encoding, workers=workers, costs=ctx.costs
+    )
+    refuse_over_budget(ctx, flops, response, memory, count)
+    timing.phase("decode")
+
+    def run(lease: MemoryLease) -> RolloutOutcome:
+        timing.skip()
+        result = core.rollout(weights, gradients, params, picked, executor=executor, workers=workers)
+        out = result.astype(dtype, copy=False)
+        timing.phase("compute")
+        return RolloutOutcome(out, timing)
+
+    return Job(flops, response, memory, run)
