@@ -193,6 +193,11 @@ def refuse_over_budget(ctx: Context, flops: float, response: int, memory: int, r
         raise too_large(reason)
 
 
+def floats(arr: np.ndarray) -> np.ndarray:
+    """``arr`` as floats: JSON lists of integers (``[1, 0, 0]``) decode as int64 and count as float64."""
+    return arr if arr.dtype.kind == "f" else arr.astype(np.float64)
+
+
 def worker_pool(ctx: Context) -> tuple[Executor | None, int]:
     """The numpy engine's worker threads, which the rollout's layers and row blocks share (none before it starts)."""
     engine = ctx.dispatcher.engines.get("numpy")
@@ -216,6 +221,8 @@ def rollout(
     which with the precision sets the row sums' tolerance (:func:`service.core.rollout.row_sum_tolerance`).
     """
     d = stack_dims(weights, gradients, ctx.limits.max_elements)
+    weights, gradients = floats(weights), None if gradients is None else floats(gradients)
+    sent_as = sent_as if sent_as.kind == "f" else np.dtype(np.float64)  # integers in JSON lists: float64 numbers
     dtype = np.dtype(precision)
     params = core.RolloutParams(
         head_fusion=options.head_fusion,

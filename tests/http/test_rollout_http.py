@@ -132,6 +132,12 @@ def test_float16_weights_answer_float32(client: TestClient) -> None:
     assert_problem(r, 422, detail="neither 1 (within 1e-05) nor 0")
 
 
+def test_integers_in_json_lists_are_numbers(client: TestClient) -> None:
+    r = client.post(V1, json={"weights": [[[[[1, 0], [0, 1]]]]], "precision": "float64"})
+    assert r.status_code == 200, r.text
+    assert r.json()["rollout"] == [[[1.0, 0.0], [0.0, 1.0]]]
+
+
 def test_metadata(client: TestClient) -> None:
     meta = client.get("/v2/models/attention_rollout").json()
     assert [(t["name"], t["ranks"]) for t in meta["inputs"]] == [("weights", [5]), ("gradients", [5]), ("rows", [1])]
