@@ -82,6 +82,13 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         needs="test extras",
     ),
     Benchmark(
+        "rollout",
+        "bench.bench_rollout",
+        "attention rollout of a 12 x 12 x 512 stack against its matrix products, in process and over HTTP",
+        "docs/benchmarks/rollout.md",
+        needs="test extras",
+    ),
+    Benchmark(
         "layers",
         "bench.bench_layers",
         "what the service's layers cost over the bare maths for a tiny request, per form, in process",
