@@ -471,6 +471,10 @@ def test_page_headers_and_keyboard_reach(page_server: LiveServer, page: Any) -> 
         "padding",
         "mask-kind",
         "heat-scale",
+        "token-ids",
+        "sink-positions",
+        "exclude-bos",
+        "norm-toggle",
         "grad-run",
         "top-k",
         "calib-run",
@@ -711,3 +715,172 @@ def test_decode_without_sessions(page: Any, page_server: LiveServer) -> None:
     expect(page.locator("#dec-summary")).to_contain_text("does not serve sessions")
     assert sent == [] and page.locator("#dec-bars rect").count() == 0
     assert page.errors == [] and page.outside == []
+
+
+# ------------------------------------------------------------------ panel 2: per-head inspection (issue 31)
+
+INSPECTED = ("sink_mass", "spectral_norm", "previous_token_score", "duplicate_token_score", "induction_score")
+SHOWN = (*INSPECTED, "norm_max_share")
+SCORES = ("previous_token_score", "duplicate_token_score", "induction_score")
+
+
+def attention_bodies(page: Any) -> list[dict[str, Any]]:
+    """The bodies the page sends to POST /v1/attention from now on, recorded as it sends them."""
+    bodies: list[dict[str, Any]] = []
+    page.on(
+        "request",
+        lambda r: bodies.append(r.post_data_json) if r.method == "POST" and r.url.endswith("/v1/attention") else None,
+    )
+    return bodies
+
+
+def answer_to(server: LiveServer, body: dict[str, Any]) -> dict[str, Any]:
+    """The service's answer to a body the page sent, asked again outside the page."""
+    answer = httpx.post(server.url + "/v1/attention", json=body, timeout=30)
+    assert answer.status_code == 200, answer.text
+    got: dict[str, Any] = answer.json()
+    return got
+
+
+def inspection_rows(page: Any, key: str) -> list[dict[str, str]]:
+    """Wait for the inspection table of these settings (token ids|sink positions|exclude_bos|exclude_current_token);
+    each row's data-*.
+    """
+    page.wait_for_selector(f'#head-inspection[data-key="{key}"]:not([hidden])', timeout=20_000)
+    rows: list[dict[str, str]] = page.eval_on_selector_all(
+        "#head-inspection tbody tr", "rs => rs.map(r => ({...r.dataset}))"
+    )
+    return rows
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def check_inspection(rows: list[dict[str, str]], answer: dict[str, Any], scores: bool) -> None:
+    heads = answer["inspection"]["heads"]
+    assert [int(r["head"]) for r in rows] == [h["head"] for h in heads] and len(rows) > 0
+    for row, head in zip(rows, heads, strict=True):
+        for name in SHOWN:
+            if name in SCORES and not scores:
+                assert camel(name) not in row and name not in head
+                continue
+            assert float(row[camel(name)]) == pytest.approx(head[name], rel=1e-12, abs=1e-15), name
+
+
+def test_inspection_table_equals_the_answer(page: Any, page_server: LiveServer, shots: Path) -> None:
+    """Sink mass, spectral norm and the pattern scores per head, as the server answers the request the page sent;
+    the token ids follow L until edited, then go as typed; an empty field sends none (no pattern scores).
+    """
+    heatmap_drawn(page, "false|false|softmax|1.0")
+    bodies = attention_bodies(page)
+    page.fill("#length", "6")  # the default token ids follow: 1 2 3 1 2 3
+    rows = inspection_rows(page, "1 2 3 1 2 3|4|false|false")
+    assert page.input_value("#token-ids") == "1 2 3 1 2 3"
+    body = bodies[-1]
+    assert body["token_ids"] == [[1, 2, 3, 1, 2, 3]] and body["sink_positions"] == 4 and "inspection" in body["return"]
+    assert "norm_weights" not in body["return"] and "exclude_bos" not in body
+    check_inspection(rows, answer_to(page_server, body), scores=True)
+    assert page.locator("#head-inspection tbody tr").count() == 2 == page.locator("#head-diagnostics tbody tr").count()
+    shown = page.eval_on_selector_all("#head-inspection tbody tr:first-child td", "ts => ts.map(t => t.textContent)")
+    assert shown[1] == f"{float(rows[0]['sinkMass']):.3f}" and shown[2] == f"{float(rows[0]['spectralNorm']):.2f}"
+    assert page.locator("#head-inspection tbody tr:first-child meter").count() == 5  # the shares and scores in [0, 1]
+
+    page.check("#causal")  # and every option the panel sends
+    page.fill("#sink-positions", "2")
+    page.check("#exclude-bos")
+    page.check("#exclude-current")
+    page.fill("#token-ids", "7, 7, 9, 7, 9, 7")
+    rows = inspection_rows(page, "7 7 9 7 9 7|2|true|true")
+    heatmap_drawn(page, "true|false|softmax|1.0")
+    body = bodies[-1]
+    assert body["token_ids"] == [[7, 7, 9, 7, 9, 7]] and body["sink_positions"] == 2
+    assert body["exclude_bos"] is True and body["exclude_current_token"] is True and body["causal"] is True
+    answer = answer_to(page_server, body)
+    check_inspection(rows, answer, scores=True)
+    assert answer["inspection"]["sink_positions"] == 2
+    page.fill("#length", "8")  # edited: the field no longer follows L (and now does not match S)
+    expect(page.locator("#heat-error")).to_contain_text("422", timeout=20_000)
+
+    page.fill("#token-ids", "")  # empty: no token ids, no pattern scores
+    rows = inspection_rows(page, "none|2|true|true")
+    assert "token_ids" not in bodies[-1]
+    check_inspection(rows, answer_to(page_server, bodies[-1]), scores=False)
+    assert page.eval_on_selector_all("#head-inspection tbody tr:first-child td.none", "ts => ts.length") == 3
+    assert refused(page.errors) == [] and page.outside == []
+
+
+def test_norm_heatmaps_equal_norm_weights(page: Any, page_server: LiveServer, shots: Path) -> None:
+    """The toggle draws ||A_ij v_j|| beside the weights, one heatmap per head on its own 0-to-max colour bar; its
+    cells are the answer's norm_weights.
+    """
+    heatmap_drawn(page, "false|false|softmax|1.0")
+    assert page.get_attribute("#norm-heatmaps", "hidden") is not None
+    bodies = attention_bodies(page)
+    page.check("#causal")
+    page.check("#norm-toggle")
+    page.wait_for_selector('#norm-heatmaps[data-key="true|false|softmax|1.0"]:not([hidden])', timeout=20_000)
+    body = bodies[-1]
+    assert body["return"][-1] == "norm_weights"
+    answer = answer_to(page_server, body)
+    norms = np.asarray(answer["norm_weights"])[0]  # (H, L, S) of the one batch entry
+    got = page.eval_on_selector_all(
+        "#norm-heatmaps svg.heatmap rect.cell",
+        "rs => rs.map(r => [+r.closest('svg').dataset.head, +r.dataset.i, +r.dataset.j, +r.dataset.w,"
+        " r.dataset.masked === 'true'])",
+    )
+    assert len(got) == norms.size == 2 * 8 * 8
+    np.testing.assert_allclose([w for *_, w, _m in got], [norms[h, i, j] for h, i, j, *_ in got], rtol=1e-12, atol=0)
+    assert all(m == (j > i) for _h, i, j, _w, m in got)  # the causal mask, hatched as in the weights
+    assert page.eval_on_selector_all("#norm-heatmaps svg", "ss => ss.map(s => s.dataset.kind)") == ["norm", "norm"]
+    assert page.locator("#heatmaps svg.heatmap").count() == 2  # beside the weights, not instead of them
+    # its own colour bar: 0 to the largest norm shown (of either head), with ticks
+    top = float(norms[:, np.tril(np.ones((8, 8), bool))].max())
+    bars = page.eval_on_selector_all(
+        "#norm-heatmaps g.colorbar",
+        "bs => bs.map(b => [+b.dataset.min, +b.dataset.max,"
+        " [...b.querySelectorAll('text.tick')].map(t => +t.dataset.value)])",
+    )
+    assert len(bars) == 2
+    for low, high, ticks in bars:
+        assert low == 0 and high == pytest.approx(top, rel=1e-12) and ticks[0] == 0 and ticks[-1] == pytest.approx(top)
+    assert float(page.get_attribute("#norm-heatmaps", "data-max")) == pytest.approx(top, rel=1e-12)
+    assert top > 1  # ||v_j|| of random keys in E = 8 is near sqrt(8): not the weights' 0..1 scale
+    legend = page.locator('#norm-heatmaps svg[data-head="0"] g.legend-entry').all_text_contents()
+    assert legend == ["masked", "norm 0 (not masked)"]
+    inspection_rows(page, "1 2 3 1 2 3 1 2|4|false|false")
+    page.locator("#norm-toggle").blur()
+    page.locator("#panel-heatmap").screenshot(path=str(shots / "playground-inspection.png"))
+
+    page.uncheck("#norm-toggle")
+    wait_until(page, "document.getElementById('norm-heatmaps').hidden")
+    expect(page.locator("#norm-heatmaps svg")).to_have_count(0)
+    wait_until(page, "document.querySelectorAll('#heatmaps svg.heatmap').length === 2")
+    assert "norm_weights" not in bodies[-1]["return"]
+    assert page.errors == [] and page.outside == []
+
+
+def test_token_ids_that_do_not_match_s_are_the_servers_422(page: Any) -> None:
+    """Token ids of another length than S: the server's 422, naming token_ids, in the panel's live region; the
+    heatmaps, tables and norm heatmaps go; ids that are not integers are the page's own error.
+    """
+    page.check("#norm-toggle")
+    page.wait_for_selector('#norm-heatmaps[data-key="false|false|softmax|1.0"]:not([hidden])', timeout=20_000)
+    page.fill("#token-ids", "1 2 3")
+    expect(page.locator("#heat-error")).to_contain_text("422", timeout=20_000)
+    expect(page.locator("#heat-error")).to_contain_text("token_ids")
+    assert page.get_attribute("#heat-error", "aria-live") == "polite"
+    expect(page.locator("#heatmaps svg")).to_have_count(0)
+    expect(page.locator("#norm-heatmaps svg")).to_have_count(0)
+    expect(page.locator("#head-inspection tbody tr")).to_have_count(0)
+    assert page.get_attribute("#head-inspection", "hidden") is not None
+    page.fill("#token-ids", "1 2 x")  # refused by the page
+    expect(page.locator("#heat-error")).to_contain_text('token ids: "x" is not a whole number')
+    assert page.get_attribute("#token-ids", "aria-invalid") == "true"
+    page.fill("#token-ids", "1 2 1 2 1 2 1 2")
+    inspection_rows(page, "1 2 1 2 1 2 1 2|4|false|false")
+    expect(page.locator("#heat-error")).to_have_text("")
+    assert page.get_attribute("#token-ids", "aria-invalid") is None
+    expect(page.locator("#norm-heatmaps svg")).to_have_count(2)
+    assert refused(page.errors) == [] and page.outside == []

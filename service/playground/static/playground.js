@@ -325,7 +325,11 @@
   // One head's weights as a grid of cells (queries down, keys across) with its colour bar. A masked cell
   // (its score is -inf: the request's causal mask, key padding or explicit mask removed it) is hatched grey;
   // a weight of exactly 0 that was not masked (sparsemax, entmax, relu) is white, the bottom of the scale.
+  // The same drawing shows the norm-based weights ||A_ij v_j|| (scale.kind "norm"): scale.noun names a cell's
+  // value, scale.plural the whole map.
   function drawHeatmap(container, weights, masked, head, scale) {
+    const noun = scale.noun || "weight";
+    const plural = scale.plural || "weights";
     const L = weights.length;
     const S = weights[0].length;
     const grid = 160;
@@ -341,6 +345,7 @@
       role: "img",
       class: "heatmap",
       "data-head": head,
+      "data-kind": scale.kind || "weights",
       "data-scale-max": scale.max,
     });
     const defs = el("defs", {}, svg);
@@ -370,7 +375,7 @@
           max = Math.max(max, w);
           if (w === 0) nZero++;
           el("rect", { ...attrs, class: w === 0 ? "cell zero" : "cell", fill: rampColor(w / scale.max) }, svg);
-          title = `query ${i}, key ${j}: weight ${w.toFixed(4)}`;
+          title = `query ${i}, key ${j}: ${noun} ${w.toFixed(4)}`;
         }
         el("title", {}, svg.lastChild).textContent = title;
       }
@@ -394,7 +399,7 @@
       for (const [what, v] of [["min", min], ["max", max]]) {
         const y = by(Math.min(v, scale.max));
         const mark = el("polygon", { class: `range-mark ${what}`, points: `${bx - 6},${y - 3.5} ${bx},${y} ${bx - 6},${y + 3.5}`, "data-value": v }, bar);
-        el("title", {}, mark).textContent = `${what}imum weight of this head (unmasked cells): ${v.toFixed(4)}`;
+        el("title", {}, mark).textContent = `${what}imum ${noun} of this head (unmasked cells): ${v.toFixed(4)}`;
       }
     }
 
@@ -405,13 +410,13 @@
     text(masked0, gx + 14, ly + 9, "masked", { class: "legend" });
     const zero0 = el("g", { class: "legend-entry", "data-kind": "zero" }, svg);
     el("rect", { x: gx + 66, y: ly, width: 10, height: 10, fill: rampColor(0), class: "swatch" }, zero0);
-    text(zero0, gx + 80, ly + 9, "weight 0 (not masked)", { class: "legend" });
+    text(zero0, gx + 80, ly + 9, `${noun} 0 (not masked)`, { class: "legend" });
 
-    const range = Number.isFinite(min) ? `unmasked weights ${min.toFixed(3)} to ${max.toFixed(3)}` : "every cell masked";
-    const shortRange = Number.isFinite(min) ? `unmasked weights ${min.toFixed(3)}–${max.toFixed(3)}` : range;
+    const range = Number.isFinite(min) ? `unmasked ${noun}s ${min.toFixed(3)} to ${max.toFixed(3)}` : "every cell masked";
+    const shortRange = Number.isFinite(min) ? `unmasked ${noun}s ${min.toFixed(3)}–${max.toFixed(3)}` : range;
     svg.setAttribute(
       "aria-label",
-      `weights of head ${head}: ${L} queries by ${S} keys, ${nMasked} masked cells, ${nZero} unmasked cells of weight 0, ` +
+      `${plural} of head ${head}: ${L} queries by ${S} keys, ${nMasked} masked cells, ${nZero} unmasked cells of ${noun} 0, ` +
         `${range}; colour scale ${scale.label}`,
     );
     figure.appendChild(svg);
@@ -430,8 +435,116 @@
     container.dataset.state = "error";
     $("head-diagnostics").querySelector("tbody").textContent = "";
     $("head-diagnostics").hidden = true;
+    clearInspection();
     $("heat-summary").textContent = "";
     showError("heat-error", message);
+  }
+
+  // ------------------------------------------------------------------ panel 2: per-head inspection
+
+  // The values of inspection.heads[] the table shows, each recorded exactly on its row as data-* (read by the tests).
+  const INSPECTION_COLUMNS = [
+    ["sink_mass", 3, true],
+    ["spectral_norm", 2, false],
+    ["previous_token_score", 3, true],
+    ["duplicate_token_score", 3, true],
+    ["induction_score", 3, true],
+    ["norm_max_share", 3, true],
+  ];
+  const camel = (name) => name.replace(/_(\w)/g, (_, c) => c.toUpperCase());
+
+  // The token ids follow the sequence length (1 2 3 1 2 3 ..., S of them, when L = S; none otherwise) until the
+  // field is edited; from then on the field is sent as typed, so ids that do not match S are the server's 422.
+  let tokensFollowLength = true;
+  const defaultTokens = (S) => Array.from({ length: S }, (_, i) => (i % 3) + 1).join(" ");
+
+  // The token ids of the field, [S] integers, or null when it is empty (no pattern scores).
+  function tokenIds(L, S) {
+    const input = $("token-ids");
+    if (tokensFollowLength) input.value = L === S && S > 0 ? defaultTokens(S) : "";
+    const parts = input.value.split(/[\s,]+/).filter((p) => p.length > 0);
+    const bad = parts.find((p) => !/^-?\d+$/.test(p) || !Number.isSafeInteger(Number(p)));
+    if (bad !== undefined) {
+      input.setAttribute("aria-invalid", "true");
+      throw new Error(`token ids: "${bad}" is not a whole number (integers separated by spaces or commas)`);
+    }
+    input.removeAttribute("aria-invalid");
+    return parts.length > 0 ? parts.map(Number) : null;
+  }
+
+  function clearInspection() {
+    const table = $("head-inspection");
+    table.querySelector("tbody").textContent = "";
+    table.hidden = true;
+    delete table.dataset.key;
+    clearNorms();
+  }
+
+  function clearNorms() {
+    const norms = $("norm-heatmaps");
+    norms.textContent = "";
+    norms.hidden = true;
+    delete norms.dataset.key;
+    delete norms.dataset.max;
+  }
+
+  // One row per (batch, head) of the answer's inspection: numbers, and a meter for those between 0 and 1.
+  function drawInspection(report) {
+    const table = $("head-inspection");
+    const tbody = table.querySelector("tbody");
+    tbody.textContent = "";
+    for (const h of report.heads) {
+      const row = document.createElement("tr");
+      row.dataset.head = String(h.head);
+      row.dataset.batch = String(h.batch);
+      const head = document.createElement("td");
+      head.textContent = String(h.head);
+      row.appendChild(head);
+      for (const [name, digits, unit] of INSPECTION_COLUMNS) {
+        const td = document.createElement("td");
+        const v = h[name];
+        if (typeof v !== "number") {
+          td.textContent = "–";
+          td.className = "none";
+          td.title = "needs token ids (L = S)";
+        } else {
+          row.dataset[camel(name)] = String(v);
+          td.textContent = fmt(v, digits);
+          if (unit) {
+            const meter = document.createElement("meter");
+            Object.assign(meter, { min: 0, max: 1, value: v });
+            meter.setAttribute("aria-hidden", "true");
+            td.appendChild(meter);
+          }
+        }
+        row.appendChild(td);
+      }
+      tbody.appendChild(row);
+    }
+    const sinks = report.sink_positions > 0 ? `sink mass on keys 0–${report.sink_positions - 1}` : "no sink positions";
+    table.querySelector("caption").textContent = `per-head inspection · ${sinks} · spectral norm of scale·QKᵀ/T`;
+    table.hidden = false;
+  }
+
+  // The norm-based weights ||A_ij v_j|| of the first batch entry, one heatmap per head, on their own colour scale
+  // (0 to the largest unmasked value of every head shown).
+  function drawNormHeatmaps(norms, masked) {
+    let top = 0;
+    norms.forEach((w, h) => w.forEach((row, i) => row.forEach((v, j) => (top = masked[h][i][j] ? top : Math.max(top, v)))));
+    const scale = {
+      max: top > 0 ? top : 1,
+      title: "‖Av‖, 0–max",
+      label: top > 0 ? `0 to the largest norm shown (${top.toFixed(3)})` : "0 to 1 (no norm above 0)",
+      kind: "norm",
+      noun: "norm",
+      plural: "norm-based weights ‖A_ij v_j‖",
+    };
+    const container = $("norm-heatmaps");
+    container.textContent = "";
+    norms.forEach((w, h) => drawHeatmap(container, w, masked[h], h, scale));
+    container.dataset.max = String(top);
+    container.hidden = false;
+    return scale;
   }
 
   const heatmapPanel = serialized(async () => {
@@ -440,20 +553,29 @@
     $("pasted-inputs").hidden = $("qk-source").value !== "pasted";
     $("mask-input").hidden = $("mask-kind").value !== "pasted";
     let inputs;
+    let tokens;
+    let sinkPositions;
     try {
       inputs = qkInputs();
+      tokens = tokenIds(rowCount(inputs.query), rowCount(inputs.key));
+      sinkPositions = wholeNumber("sink-positions", "sink positions");
     } catch (e) {
       failHeatmap(e.message);
       return;
     }
+    const showNorms = $("norm-toggle").checked;
     const body = {
       ...inputs,
       causal: $("causal").checked,
       normalizer: $("heat-normalizer").value,
       temperature,
       precision: "float64",
-      return: ["weights", "scores", "diagnostics"],
+      return: ["weights", "scores", "diagnostics", "inspection", ...(showNorms ? ["norm_weights"] : [])],
+      sink_positions: sinkPositions,
     };
+    if (tokens) body.token_ids = [tokens]; // [B, S], B = 1
+    if ($("exclude-bos").checked) body.exclude_bos = true;
+    if ($("exclude-current").checked) body.exclude_current_token = true;
     if (rowCount(inputs.key) > 0) $("valid-keys").max = String(rowCount(inputs.key)); // a key length counts keys: 0 to S
     if ($("padding").checked) {
       const batches = Array.isArray(inputs.query?.[0]?.[0]?.[0]) ? inputs.query.length : 1;
@@ -501,17 +623,32 @@
       }
       tbody.appendChild(row);
     }
+    drawInspection(result.body.inspection);
+    const normScale = showNorms ? drawNormHeatmaps(toBHLS(result.body.norm_weights)[0], masked) : null;
+    if (!showNorms) clearNorms();
     $("heat-summary").textContent =
-      `colour: ${scale.label}; hatched: masked (score −∞) · fully masked rows ${diagnostics.fully_masked_rows} · saturated rows ${diagnostics.saturated_rows} · ` +
-      `engine ${result.body.engine.name}`;
+      `colour: ${scale.label}${normScale ? `; norm-based weights (V = K here): ${normScale.label}` : ""}; hatched: masked (score −∞) · ` +
+      `fully masked rows ${diagnostics.fully_masked_rows} · saturated rows ${diagnostics.saturated_rows} · ` +
+      `${tokens ? `token ids ${tokens.join(" ")}` : "no token ids: no pattern scores"} · engine ${result.body.engine.name}`;
     container.dataset.key = `${body.causal}|${$("padding").checked}|${body.normalizer}|${temperature.toFixed(1)}`;
+    const inspectionKey = `${tokens ? tokens.join(" ") : "none"}|${sinkPositions}|${!!body.exclude_bos}|${!!body.exclude_current_token}`;
+    $("head-inspection").dataset.key = inspectionKey;
+    if (showNorms) $("norm-heatmaps").dataset.key = container.dataset.key;
     container.dataset.mask = $("mask-kind").value;
     container.dataset.scale = $("heat-scale").value;
   });
 
   // one redraw per change: "change" for check boxes and menus, "input" (each keystroke, each step) for the rest
-  for (const id of ["qk-source", "causal", "padding", "heat-normalizer", "mask-kind", "heat-scale"]) $(id).addEventListener("change", heatmapPanel);
-  for (const id of ["seed", "heads", "length", "dim", "valid-keys", "heat-temperature", "pasted-query", "pasted-key", "pasted-mask"]) $(id).addEventListener("input", heatmapPanel);
+  for (const id of ["qk-source", "causal", "padding", "heat-normalizer", "mask-kind", "heat-scale", "exclude-bos", "exclude-current", "norm-toggle"]) {
+    $(id).addEventListener("change", heatmapPanel);
+  }
+  for (const id of ["seed", "heads", "length", "dim", "valid-keys", "heat-temperature", "pasted-query", "pasted-key", "pasted-mask", "sink-positions"]) {
+    $(id).addEventListener("input", heatmapPanel);
+  }
+  $("token-ids").addEventListener("input", () => {
+    tokensFollowLength = false;
+    heatmapPanel();
+  });
 
   // ------------------------------------------------------------------ line charts
 
