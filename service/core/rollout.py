@@ -36,7 +36,8 @@ each row sums to 1 within the tolerance or to exactly 0 (a fully masked row), un
 row is divided by its sum; all-zero rows stay zero). The tolerance is that of the coarser of the weights' dtype
 as sent and the compute precision (:data:`ROW_SUM_TOLERANCE`: 1e-3 for float16, 1e-5 for float32, 1e-9 for
 float64); the row sums are accumulated in float32 for float16 and float32 weights (their error, about
-``log2(L) * 6e-8``, is far inside the tolerance) and in float64 for float64 ones. Gradients are finite, of any sign.
+``log2(L) * 6e-8``, is far inside the tolerance) and in float64 for float64 ones and with ``renormalize``.
+Gradients are finite, of any sign.
 
 The fusion and the products run in float64 whatever the weights' dtype; the caller rounds the answer to its
 precision.
