@@ -51,6 +51,7 @@ V1_MODELS = {
     "/v1/softmax": "softmax",
     "/v1/attention/backward": "attention_backward",
     "/v1/attention/analyze": "analyze",
+    "/v1/attention/rollout": "attention_rollout",
     "/v1/sample": "sample",
     "/v1/calibrate": "calibrate",
 }
