@@ -40,6 +40,7 @@ Layout:
 - ``small``: the pure-Python twin of the numpy path for tiny inputs.
 - ``report``: :func:`attention_diagnostics`, the per-row arrays, per-head summaries and health.
 - ``probabilities``: :func:`probability_diagnostics` for /v1/softmax.
+- ``inspection``: the per-head inspection (sink mass, spectral norm, head pattern scores, norm-based weights).
 """
 
 from __future__ import annotations
