@@ -60,7 +60,8 @@ def main() -> int:
     json.dump(
         {
             "about": (
-                "Head pattern scores (TransformerLens head_detector, error_measure 'mul') of random attention patterns: "
+                "Head pattern scores (TransformerLens head_detector, error_measure 'mul') of random attention "
+                "patterns: "
                 "computed by tests/golden/references/inspection_patterns.py with transformer_lens "
                 f"{importlib.metadata.version('transformer_lens')} and torch {torch.__version__} on "
                 f"{datetime.date.today().isoformat()}, in float64. The service's own code did not compute them."
