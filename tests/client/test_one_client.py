@@ -29,6 +29,7 @@ def test_regenerating_the_sync_modules_gives_the_committed_files() -> None:
     unasync = _script()
     assert [(p.source.name, p.target.name) for p in unasync.PAIRS] == [
         ("async_client.py", "client.py"),
+        ("async_analysis.py", "analysis.py"),
         ("async_session.py", "session.py"),
     ]
     for pair in unasync.PAIRS:
@@ -39,7 +40,7 @@ def test_regenerating_the_sync_modules_gives_the_committed_files() -> None:
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("index", [0, 1, 2])
 def test_the_check_fails_on_a_hand_edit(tmp_path: Path, index: int) -> None:
     unasync = _script()
     pairs = [unasync.Pair(p.source, tmp_path / p.target.name, p.title) for p in unasync.PAIRS]
@@ -59,9 +60,13 @@ def test_the_check_fails_on_a_hand_edit(tmp_path: Path, index: int) -> None:
 
 
 def _public(cls: type) -> dict[str, inspect.Signature]:
+    """The public methods (and ``__init__``) of ``cls`` and of the mixins it inherits (``analyze``, ``rollout``)."""
+    members: dict[str, object] = {}
+    for base in reversed(cls.__mro__[:-1]):  # not object's; a subclass's own method replaces a base's
+        members.update(vars(base))
     return {
         name: inspect.signature(member)
-        for name, member in vars(cls).items()
+        for name, member in members.items()
         if callable(member) and (not name.startswith("_") or name == "__init__")
     }
 
@@ -81,6 +86,17 @@ def test_both_forms_have_the_same_methods_and_parameters(sync_class: type, async
             assert inspect.iscoroutinefunction(getattr(async_class, name)), name
             assert not inspect.iscoroutinefunction(getattr(sync_class, name)), name
     assert not inspect.iscoroutinefunction(getattr(async_class, "session", _public))
+
+
+def test_the_analysis_mixin_s_methods_are_the_clients() -> None:
+    """``analyze`` and ``rollout`` live in analysis.py (async_analysis.py): the clients have them, and the checks above
+    see them (``_public`` walks the mixins).
+    """
+    for cls in (AttentionClient, AsyncAttentionClient):
+        assert {"analyze", "rollout", "attention"} <= _public(cls).keys()
+        assert "rollout" not in vars(cls) and cls.__mro__[1].__name__.endswith("AnalysisMixin")
+    assert inspect.iscoroutinefunction(AsyncAttentionClient.rollout)
+    assert not inspect.iscoroutinefunction(AttentionClient.rollout)
 
 
 def test_every_public_method_documents_each_parameter() -> None:

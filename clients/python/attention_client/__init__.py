@@ -14,6 +14,7 @@ bad (a ragged list, text for numbers) raises :class:`ValidationError` before any
         r.output, r.weights, r.diagnostics["entropy"], r.engine.name, r.request_id
         i = client.attention(q, k, v, returns=["inspection", "norm_weights"], token_ids=ids)
         i.inspection["heads"][0]["sink_mass"], i.norm_weights  # per-head inspection, ||A_ij v_j||
+        client.rollout(stack, rows=[0]).rollout  # rollout across layers of a [layers, B, H, L, L] stack
 
 ``client.session()`` is an attention session (the server keeps a sequence's keys and values; each
 step sends only its new positions)::
@@ -23,7 +24,8 @@ step sends only its new positions)::
         r.output, r.cache_length, r.positions_seen, r.diagnostics["sink_mass"]
 
 ``AsyncAttentionClient`` (and its ``AsyncAttentionSession``) is the same for ``asyncio``
-(``client.py`` and ``session.py`` are generated from ``async_client.py`` and ``async_session.py``).
+(``client.py``, ``analysis.py`` and ``session.py`` are generated from ``async_client.py``, ``async_analysis.py``
+and ``async_session.py``).
 ``help(AttentionClient.attention)`` documents every parameter.
 """
 
@@ -61,6 +63,7 @@ from attention_client.results import (
     HeadInspection,
     InspectionReport,
     ReliabilityBin,
+    RolloutResult,
     SampleDiagnostics,
     SampleResult,
     ScoreStats,
@@ -101,6 +104,7 @@ __all__ = [
     "PayloadTooLargeError",
     "ReliabilityBin",
     "RetryPolicy",
+    "RolloutResult",
     "SampleDiagnostics",
     "SampleResult",
     "ScoreStats",

@@ -28,6 +28,16 @@ def tensor(body: dict[str, Any], name: str, dtype: npt.DTypeLike = np.float64) -
     return decode_tensor(body[name], dtype) if body.get(name) is not None else None
 
 
+def required_tensor(body: dict[str, Any], name: str, request_id: str | None) -> Array:
+    """``body[name]`` as an array; an answer without it is a server out of step (:func:`missing`'s error)."""
+    value = tensor(body, name)
+    if value is None:
+        raise ServiceError(
+            200, {"title": "unexpected answer", "detail": f"the answer lacks {name}"}, request_id=request_id
+        )
+    return value
+
+
 def timing(body: dict[str, Any]) -> dict[str, float]:
     value = body.get("timing_ms")
     return {str(k): float(v) for k, v in value.items()} if isinstance(value, dict) else {}

@@ -29,6 +29,7 @@ from attention_client.types import (
     Causal,
     Distribution,
     EngineName,
+    HeadFusion,
     Normalizer,
     Precision,
     SampleReturn,
@@ -40,6 +41,7 @@ BACKWARD_PATH = "/v1/attention/backward"
 ANALYZE_PATH = "/v1/attention/analyze"
 SAMPLE_PATH = "/v1/sample"
 CALIBRATE_PATH = "/v1/calibrate"
+ROLLOUT_PATH = "/v1/attention/rollout"
 
 DEFAULT_SINK_POSITIONS = 4
 """The service's default ``sink_positions`` (not sent: a default call's body stays as it was before inspection)."""
@@ -303,6 +305,56 @@ def analyze_body(
         causal=_causal(causal),
         key_lengths=_ints(key_lengths, "key_lengths"),
         vanishing_threshold=_opt_float(vanishing_threshold, "vanishing_threshold"),
+    )
+
+
+def _stack(value: npt.ArrayLike, field: str) -> npt.NDArray[Any]:
+    """A rollout tensor: numbers (not booleans) of shape ``[layers, B, H, L, L]``."""
+    array = as_array(value, field)
+    if array.dtype.kind == "b":
+        raise invalid_input(field, "must hold numbers, got booleans")
+    if array.ndim != 5:
+        raise invalid_input(
+            field, f"expected [layers, B, H, L, L] (5 axes: the layers' weights stacked), got shape {list(array.shape)}"
+        )
+    if array.shape[-1] != array.shape[-2]:
+        raise invalid_input(field, f"the last two axes (L, L: queries and keys) differ, shape {list(array.shape)}")
+    return array
+
+
+def rollout_body(
+    weights: npt.ArrayLike,
+    *,
+    gradients: npt.ArrayLike | None,
+    head_fusion: HeadFusion,
+    residual: float,
+    discard_ratio: float,
+    rows: Sequence[int] | None,
+    renormalize: bool,
+    precision: Precision,
+) -> dict[str, Any]:
+    """The body of ``/v1/attention/rollout``. Checked here: the weights' rank and square last axes, the gradients'
+    shape (the weights'), ``rows`` a non-empty list of integers; ranges and the weights' values are the service's.
+    """
+    stack = _stack(weights, "weights")
+    grads = None if gradients is None else _stack(gradients, "gradients")
+    if grads is not None and grads.shape != stack.shape:
+        raise invalid_input(
+            "gradients", f"shape {list(grads.shape)} is not the weights' {list(stack.shape)}: one gradient per weight"
+        )
+    picked = _ints(rows, "rows")
+    if picked is not None and not picked:
+        raise invalid_input("rows", "empty: leave rows out (None) for every row")
+    return _put(
+        {"weights": encode_tensor(stack)},
+        gradients=None if grads is None else encode_tensor(grads),
+        head_fusion=head_fusion,
+        residual=_float(residual, "residual"),
+        discard_ratio=_float(discard_ratio, "discard_ratio"),
+        rows=picked,
+        renormalize=_flag(renormalize, "renormalize"),
+        precision=precision,
+        encoding="base64",
     )
 
 

@@ -2,7 +2,8 @@
 
 This file is the one the clients are written in: ``client.py`` (the synchronous client) is generated from
 it by ``clients/python/scripts/unasync.py`` (``async def`` becomes ``def``, ``await`` goes, ``httpx.AsyncClient``
-becomes ``httpx.Client``, ...). Edit this file, then run the script; a test checks that the two agree.
+becomes ``httpx.Client``, ...). Edit this file, then run the script; a test checks that the two agree. ``analyze``
+and ``rollout`` are written in ``async_analysis.py`` (the mixin ``AsyncAnalysisMixin``), generated the same way.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from attention_client._common import (
 )
 from attention_client._version import __version__
 from attention_client._wire import dumps
+from attention_client.async_analysis import AsyncAnalysisMixin
 from attention_client.errors import TransportError
 from attention_client.results import (
-    AnalyzeResult,
     AttentionResult,
     BackwardResult,
     CalibrateResult,
@@ -50,7 +51,6 @@ from attention_client.types import (
     BackwardReturn,
     CalibrationMethod,
     Causal,
-    Distribution,
     EngineName,
     Normalizer,
     Precision,
@@ -62,7 +62,7 @@ T = TypeVar("T")
 __all__ = ["AsyncAttentionClient"]
 
 
-class AsyncAttentionClient:
+class AsyncAttentionClient(AsyncAnalysisMixin):
     """Calls the service over HTTP from ``asyncio`` code; numpy arrays in, numpy arrays out (``b64`` on the wire).
 
     Use it as a context manager (or call :meth:`close`) so that its connections are closed. Every failure
@@ -476,74 +476,6 @@ class AsyncAttentionClient:
         )
         parse = BackwardResult.parse if returns is not None else DefaultBackwardResult.parse
         return await self._post(_requests.BACKWARD_PATH, body, parse, request_id, timeout)
-
-    async def analyze(
-        self,
-        query: npt.ArrayLike | None = None,
-        key: npt.ArrayLike | None = None,
-        *,
-        shape: Sequence[int] | None = None,
-        distribution: Distribution | None = None,
-        seed: int | None = None,
-        scales: Sequence[float] | None = None,
-        temperatures: Sequence[float] | None = None,
-        head_dims: Sequence[int] | None = None,
-        normalizer: Normalizer | None = None,
-        alpha: float | None = None,
-        mask: npt.ArrayLike | None = None,
-        causal: Causal | None = None,
-        key_lengths: Sequence[int] | None = None,
-        vanishing_threshold: float | None = None,
-        request_id: str | None = None,
-        timeout: float | None = None,
-    ) -> AnalyzeResult:
-        """``POST /v1/attention/analyze``: entropy, saturation and Jacobian norms over a sweep of scales and
-        temperatures. Options left at None take the service's defaults.
-
-        Args:
-            query: ``(B, H, L, E)``, ``(H, L, E)`` or ``(L, E)``; with ``key``, or neither (and ``shape``).
-            key: ``(B, Hkv, S, E)``, the query's rank.
-            shape: ``[B, H, L, E]``: draw query and key of this shape instead of sending them.
-            distribution: Of the drawn entries: ``"normal"`` (standard normal).
-            seed: Seed of the draw.
-            scales: Scales to sweep; default ``1 / sqrt(E)`` and 1.
-            temperatures: Temperatures to sweep (> 0).
-            head_dims: Head dimensions to sweep (drawn inputs only).
-            normalizer: As for :meth:`attention`.
-            alpha: For ``normalizer="entmax"``: ``alpha > 1``.
-            mask: As for :meth:`attention`.
-            causal: As for :meth:`attention`.
-            key_lengths: As for :meth:`attention`.
-            vanishing_threshold: A row's gradient vanishes when its Jacobian norm is below this.
-            request_id: Sent as ``X-Request-ID``.
-            timeout: Seconds for each attempt of this call; default the client's.
-
-        Returns:
-            ``sweep``: one :class:`~attention_client.SweepRow` per (scale, temperature[, head_dim]).
-
-        Raises:
-            ValidationError: Bad input (before sending: query without key, neither and no shape) or a 400/422
-                answer.
-            ServiceError: Any other failure.
-
-        """
-        body = _requests.analyze_body(
-            query,
-            key,
-            shape=shape,
-            distribution=distribution,
-            seed=seed,
-            scales=scales,
-            temperatures=temperatures,
-            head_dims=head_dims,
-            normalizer=normalizer,
-            alpha=alpha,
-            mask=mask,
-            causal=causal,
-            key_lengths=key_lengths,
-            vanishing_threshold=vanishing_threshold,
-        )
-        return await self._post(_requests.ANALYZE_PATH, body, AnalyzeResult.parse, request_id, timeout)
 
     @overload
     async def sample(

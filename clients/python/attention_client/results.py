@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from attention_client._parse import Array, missing, number, tensor, timing
+from attention_client._parse import Array, missing, number, required_tensor, tensor, timing
 from attention_client.diagnostics import (
     AttentionDiagnostics,
     GradientHealth,
@@ -52,6 +52,7 @@ __all__ = [
     "HeadInspection",
     "InspectionReport",
     "ReliabilityBin",
+    "RolloutResult",
     "RowValues",
     "SampleDiagnostics",
     "SampleResult",
@@ -236,6 +237,25 @@ class AnalyzeResult:
     def parse(cls, body: dict[str, Any], request_id: str | None) -> AnalyzeResult:
         rows = body.get("sweep") or []
         return cls(sweep=[SweepRow.parse(r) for r in rows], timing_ms=timing(body), request_id=request_id, raw=body)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutResult:
+    """``POST /v1/attention/rollout``: ``rollout`` ``(B, L, L)``, or ``(B, R, L)`` for the ``rows`` asked for.
+
+    Row ``i`` is how much output position ``i`` draws on each input token through every layer
+    (``A_hat[last] @ ... @ A_hat[first]``); its dtype is the call's ``precision``.
+    """
+
+    rollout: Array
+    timing_ms: dict[str, float]
+    request_id: str | None
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def parse(cls, body: dict[str, Any], request_id: str | None) -> RolloutResult:
+        rollout = required_tensor(body, "rollout", request_id)
+        return cls(rollout=rollout, timing_ms=timing(body), request_id=request_id, raw=body)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ __all__ = [
     "Causal",
     "Distribution",
     "EngineName",
+    "HeadFusion",
     "Normalizer",
     "Precision",
     "SampleReturn",
@@ -39,4 +40,6 @@ SessionReturn = Literal["output", "weights", "diagnostics"]
 """What a session's step can send back (no ``scores``: a step's row is the whole kept cache)."""
 SampleReturn = Literal["tokens", "logprobs", "raw_logprobs", "top_logprobs", "probabilities", "diagnostics"]
 Distribution = Literal["normal"]
+HeadFusion = Literal["mean", "max", "min"]
+"""How ``rollout`` fuses each layer's heads (with ``gradients``, ``"mean"`` only)."""
 CalibrationMethod = Literal["temperature"]
