@@ -80,7 +80,7 @@ def test_one_owner_per_package(wheels: dict[str, Path], tmp_path: Path) -> None:
     assert {n.split("/")[0] for n in client if ".dist-info/" not in n} == {"attention_client"}, packages
     assert {"service/client.py", "service/cli/local.py"} <= service
     assert {"attention_client/__init__.py", "attention_client/py.typed"} <= client
-    static = {f"service/playground/static/{n}" for n in ("index.html", "playground.js", "playground.css")}
+    static = {f"service/playground/static/{n}" for n in ("index.html", "npy.js", "playground.js", "playground.css")}
     assert static <= service, "the playground's files are package data"
     for wheel in wheels.values():  # the license travels with both
         assert any(n.endswith(".dist-info/licenses/LICENSE") for n in zipfile.ZipFile(wheel).namelist())

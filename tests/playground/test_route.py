@@ -18,11 +18,13 @@ def test_page_assets_and_policy() -> None:
         assert csp.startswith("default-src 'none'") and "script-src 'self';" in csp and "unsafe" not in csp
         assert "<script>" not in page.text and " style=" not in page.text  # nothing inline: the policy allows none
         assets = re.findall(r'(?:src|href)="(playground/[^"]+)"', page.text)
-        assert sorted(assets) == ["playground/playground.css", "playground/playground.js"]
+        assert sorted(assets) == ["playground/npy.js", "playground/playground.css", "playground/playground.js"]
         for asset in assets:
             got = http.get("/" + asset)
             assert got.status_code == 200 and len(got.content) > 1000
-        assert "text/javascript" in http.get("/playground/playground.js").headers["content-type"]
+        for script in ("npy.js", "playground.js"):
+            assert "text/javascript" in http.get(f"/playground/{script}").headers["content-type"]
+        assert page.text.index("playground/npy.js") < page.text.index("playground/playground.js")  # it reads files
         assert "/" not in http.get("/openapi.json").json()["paths"]  # a page, not an operation
 
 
@@ -33,7 +35,14 @@ def test_every_panel_has_its_error_line_and_its_routes_exist() -> None:
     with TestClient(create_app(Settings(enable_onnx=False))) as http:
         page = http.get("/").text
         panels = re.findall(r'<section id="(panel-[\w-]+)".*?</section>', page, re.S)
-        assert panels == ["panel-softmax", "panel-heatmap", "panel-gradients", "panel-sampling", "panel-decode"]
+        assert panels == [
+            "panel-softmax",
+            "panel-heatmap",
+            "panel-gradients",
+            "panel-sampling",
+            "panel-decode",
+            "panel-rollout",
+        ]
         for body in re.findall(r"<section .*?</section>", page, re.S):
             assert re.search(r'<p class="error" id="[\w-]+" role="status" aria-live="polite">', body), body[:80]
         decode = re.search(r'<section id="panel-decode".*?</section>', page, re.S)
@@ -42,5 +51,5 @@ def test_every_panel_has_its_error_line_and_its_routes_exist() -> None:
         assert buttons == ["Start", "Step", "Run 16 steps", "End"]
         script = http.get("/playground/playground.js").text
         asked = set(re.findall(r'"(/v1/[^"]+)"', script))
-        assert "/v1/sessions/{sequence_id}/steps" in asked
+        assert "/v1/sessions/{sequence_id}/steps" in asked and "/v1/attention/rollout" in asked
         assert asked <= set(http.get("/openapi.json").json()["paths"])

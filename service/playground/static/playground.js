@@ -325,14 +325,19 @@
   // One head's weights as a grid of cells (queries down, keys across) with its colour bar. A masked cell
   // (its score is -inf: the request's causal mask, key padding or explicit mask removed it) is hatched grey;
   // a weight of exactly 0 that was not masked (sparsemax, entmax, relu) is white, the bottom of the scale.
-  // The same drawing shows the norm-based weights ||A_ij v_j|| (scale.kind "norm"): scale.noun names a cell's
-  // value, scale.plural the whole map.
+  // The same drawing shows the norm-based weights ||A_ij v_j|| (scale.kind "norm") and the rollout (panel 6):
+  // scale.noun names a cell's value, scale.plural the whole map, scale.name what one map is ("head 0" by default),
+  // scale.grid the grid's side in px (160), scale.masks false leaves the masked swatch out of the legend (nothing
+  // there can be masked), scale.axes names a row and a column ([singular, plural] of each) and scale.xTitle and
+  // scale.yTitle the axes.
   function drawHeatmap(container, weights, masked, head, scale) {
     const noun = scale.noun || "weight";
     const plural = scale.plural || "weights";
+    const who = scale.name || `head ${head}`;
+    const [rowNoun, rowsNoun, columnNoun, columnsNoun] = scale.axes || ["query", "queries", "key", "keys"];
     const L = weights.length;
     const S = weights[0].length;
-    const grid = 160;
+    const grid = scale.grid || 160;
     const gx = 32;
     const gy = 22;
     const cell = grid / Math.max(L, S);
@@ -341,9 +346,9 @@
     const id = ++uid;
     const figure = document.createElement("figure");
     const svg = el("svg", {
-      viewBox: "0 0 262 216",
+      viewBox: `0 0 ${grid + 102} ${grid + 56}`,
       role: "img",
-      class: "heatmap",
+      class: cell < 4 ? "heatmap fine" : "heatmap",
       "data-head": head,
       "data-kind": scale.kind || "weights",
       "data-scale-max": scale.max,
@@ -369,22 +374,22 @@
         if (m) {
           nMasked++;
           el("rect", { ...attrs, class: "cell masked", fill: hatchFill }, svg);
-          title = `query ${i}, key ${j}: masked`;
+          title = `${rowNoun} ${i}, ${columnNoun} ${j}: masked`;
         } else {
           min = Math.min(min, w);
           max = Math.max(max, w);
           if (w === 0) nZero++;
           el("rect", { ...attrs, class: w === 0 ? "cell zero" : "cell", fill: rampColor(w / scale.max) }, svg);
-          title = `query ${i}, key ${j}: ${noun} ${w.toFixed(4)}`;
+          title = `${rowNoun} ${i}, ${columnNoun} ${j}: ${noun} ${w.toFixed(4)}`;
         }
         el("title", {}, svg.lastChild).textContent = title;
       }
     }
-    const every = cell >= 14 ? 1 : 2;
+    const every = cell >= 14 ? 1 : cell >= 7 ? 2 : [5, 10, 20, 25, 50, 100].find((n) => n * cell >= 14) || Math.ceil(14 / cell);
     for (let j = 0; j < S; j += every) text(svg, gx + (j + 0.5) * cell, gy + grid + 11, String(j), { class: "index", "text-anchor": "middle" });
     for (let i = 0; i < L; i += every) text(svg, gx - 3, gy + (i + 0.5) * cell + 3, String(i), { class: "index", "text-anchor": "end" });
-    text(svg, gx, 14, "key →", { class: "axis-title" });
-    text(svg, 11, gy, "query →", { class: "axis-title", "text-anchor": "end", transform: `rotate(-90 11 ${gy})` });
+    text(svg, gx, 14, scale.xTitle || "key →", { class: "axis-title" });
+    text(svg, 11, gy, scale.yTitle || "query →", { class: "axis-title", "text-anchor": "end", transform: `rotate(-90 11 ${gy})` });
 
     // the colour bar: the scale's ticks on its right, this head's smallest and largest weights on its left
     const by = (v) => gy + grid - (v / scale.max) * grid;
@@ -399,29 +404,33 @@
       for (const [what, v] of [["min", min], ["max", max]]) {
         const y = by(Math.min(v, scale.max));
         const mark = el("polygon", { class: `range-mark ${what}`, points: `${bx - 6},${y - 3.5} ${bx},${y} ${bx - 6},${y + 3.5}`, "data-value": v }, bar);
-        el("title", {}, mark).textContent = `${what}imum ${noun} of this head (unmasked cells): ${v.toFixed(4)}`;
+        el("title", {}, mark).textContent = `${what}imum ${noun} of this ${scale.name ? "map" : "head"}${scale.masks === false ? "" : " (unmasked cells)"}: ${v.toFixed(4)}`;
       }
     }
 
     // the legend: what hatched and white cells mean
     const ly = gy + grid + 18;
-    const masked0 = el("g", { class: "legend-entry", "data-kind": "masked" }, svg);
-    el("rect", { x: gx, y: ly, width: 10, height: 10, fill: hatchFill, class: "swatch" }, masked0);
-    text(masked0, gx + 14, ly + 9, "masked", { class: "legend" });
+    const masks = scale.masks !== false;
+    if (masks) {
+      const masked0 = el("g", { class: "legend-entry", "data-kind": "masked" }, svg);
+      el("rect", { x: gx, y: ly, width: 10, height: 10, fill: hatchFill, class: "swatch" }, masked0);
+      text(masked0, gx + 14, ly + 9, "masked", { class: "legend" });
+    }
     const zero0 = el("g", { class: "legend-entry", "data-kind": "zero" }, svg);
-    el("rect", { x: gx + 66, y: ly, width: 10, height: 10, fill: rampColor(0), class: "swatch" }, zero0);
-    text(zero0, gx + 80, ly + 9, `${noun} 0 (not masked)`, { class: "legend" });
+    el("rect", { x: masks ? gx + 66 : gx, y: ly, width: 10, height: 10, fill: rampColor(0), class: "swatch" }, zero0);
+    text(zero0, masks ? gx + 80 : gx + 14, ly + 9, masks ? `${noun} 0 (not masked)` : `${noun} 0`, { class: "legend" });
 
-    const range = Number.isFinite(min) ? `unmasked ${noun}s ${min.toFixed(3)} to ${max.toFixed(3)}` : "every cell masked";
-    const shortRange = Number.isFinite(min) ? `unmasked ${noun}s ${min.toFixed(3)}–${max.toFixed(3)}` : range;
+    const unmasked = masks ? "unmasked " : "";
+    const range = Number.isFinite(min) ? `${unmasked}${noun}s ${min.toFixed(3)} to ${max.toFixed(3)}` : "every cell masked";
+    const shortRange = Number.isFinite(min) ? `${unmasked}${noun}s ${min.toFixed(3)}–${max.toFixed(3)}` : range;
+    const counts = masks ? `${nMasked} masked cells, ${nZero} unmasked cells of ${noun} 0` : `${nZero} cells of ${noun} 0`;
     svg.setAttribute(
       "aria-label",
-      `${plural} of head ${head}: ${L} queries by ${S} keys, ${nMasked} masked cells, ${nZero} unmasked cells of ${noun} 0, ` +
-        `${range}; colour scale ${scale.label}`,
+      `${plural} of ${who}: ${L} ${rowsNoun} by ${S} ${columnsNoun}, ${counts}, ${range}; colour scale ${scale.label}`,
     );
     figure.appendChild(svg);
     const caption = document.createElement("figcaption");
-    caption.textContent = `head ${head} · ${shortRange}`;
+    caption.textContent = `${who} · ${shortRange}`;
     figure.appendChild(caption);
     container.appendChild(figure);
   }
@@ -1316,6 +1325,199 @@
     $("dec-window").disabled = $("dec-sinks").disabled = !$("dec-windowed").checked;
   });
 
+  // ------------------------------------------------------------------ panel 6: rollout across layers
+
+  // A stack of attention weights from a .npy or .npz file (read by npy.js, never decoded into numbers: its bytes go
+  // to POST /v1/attention/rollout as the base64 tensor form), the rollout of one batch entry drawn as a heatmap.
+  const ROLLOUT_MAX_L = 256; // cells drawn: L * L SVG rectangles
+  let rolloutFile = null; // {name, kind, arrays: [{name, array} or {name, error}]}
+  let rolloutAnswer = null; // {key, label, rollout [B, L, L], shape, dtype}
+  const rolloutBase64 = new WeakMap(); // a parsed array -> its bytes in base64, encoded once
+
+  // A number from 0 to 1 from a field; a field that is not one is marked invalid and named in the error.
+  function fraction(id, name) {
+    const input = $(id);
+    const v = Number(input.value);
+    if (input.value.trim() === "" || !Number.isFinite(v) || v < 0 || v > 1) {
+      input.setAttribute("aria-invalid", "true");
+      throw new Error(`${name}: a number from 0 to 1`);
+    }
+    input.removeAttribute("aria-invalid");
+    return v;
+  }
+
+  function clearRollout() {
+    const container = $("ro-heatmap");
+    container.textContent = "";
+    for (const name of ["key", "batch", "shape", "dtype", "max"]) delete container.dataset[name];
+    $("ro-sums").querySelector("tbody").textContent = "";
+    $("ro-sums-box").hidden = true;
+    $("ro-summary").textContent = "";
+  }
+
+  function failRollout(message) {
+    clearRollout();
+    $("ro-heatmap").dataset.state = "error";
+    showError("ro-error", message);
+  }
+
+  // The chosen array as the service's weights: {name, array, shape [layers, B, H, L, L]} ([layers, H, L, L] gets
+  // B = 1: the same bytes).
+  function rolloutStack() {
+    const entry = rolloutFile.arrays[Number($("ro-array").value) || 0];
+    const label = rolloutFile.kind === "npz" ? `${rolloutFile.name}[${entry.name}]` : rolloutFile.name;
+    if (entry.error) throw new Error(entry.error);
+    const a = entry.array;
+    if (a.shape.length !== 4 && a.shape.length !== 5) {
+      throw new Error(`${label}: shape (${a.shape.join(", ")}) has ${a.shape.length} axes; a stack is [layers, B, H, L, L] or [layers, H, L, L]`);
+    }
+    const shape = a.shape.length === 4 ? [a.shape[0], 1, ...a.shape.slice(1)] : a.shape.slice();
+    if (shape[4] > ROLLOUT_MAX_L) throw new Error(`${label}: L = ${shape[4]}; this page draws rollouts up to L = ${ROLLOUT_MAX_L}`);
+    return { name: entry.name, label, array: a, shape };
+  }
+
+  function rolloutKey(stack, options) {
+    return `${rolloutFile.name}|${stack.name}|${options.head_fusion}|${options.residual}|${options.discard_ratio}|${options.renormalize}`;
+  }
+
+  // One batch entry's rollout [L, L] on a colour bar from 0 to its largest value, and its rows' sums.
+  function drawRollout(answer, batch) {
+    const matrix = answer.rollout[batch];
+    let top = 0;
+    for (const row of matrix) for (const v of row) top = Math.max(top, v);
+    const scale = {
+      max: top > 0 ? top : 1,
+      grid: 320,
+      title: "share, 0–max",
+      label: top > 0 ? `0 to the largest value of batch entry ${batch} (${top.toFixed(3)})` : "0 to 1 (every value 0)",
+      kind: "rollout",
+      noun: "share",
+      plural: "rollout",
+      name: `batch entry ${batch}`,
+      masks: false,
+      axes: ["position", "positions", "token", "tokens"],
+      xTitle: "input token →",
+      yTitle: "position →",
+    };
+    const container = $("ro-heatmap");
+    container.textContent = "";
+    drawHeatmap(container, matrix, matrix.map((row) => row.map(() => false)), batch, scale);
+    const tbody = $("ro-sums").querySelector("tbody");
+    tbody.textContent = "";
+    const sums = matrix.map((row) => row.reduce((a, b) => a + b, 0));
+    sums.forEach((sum, i) => {
+      const tr = document.createElement("tr");
+      tr.dataset.row = String(i);
+      tr.dataset.sum = String(sum);
+      for (const content of [String(i), fmt(sum, 6)]) {
+        const td = document.createElement("td");
+        td.textContent = content;
+        tr.appendChild(td);
+      }
+      tbody.appendChild(tr);
+    });
+    $("ro-sums-box").hidden = false;
+    const [layers, B, H, L] = answer.shape;
+    const low = Math.min(...sums);
+    const high = Math.max(...sums);
+    $("ro-summary").textContent =
+      `${answer.label}: ${layers} layers, B = ${B}, ${H} heads, L = ${L}, ${answer.dtype} · rollout of batch entry ${batch} ` +
+      `(row i: how much position i draws on each input token) · row sums ${fmt(low, 6)} to ${fmt(high, 6)} · ` +
+      `colour: ${scale.label}`;
+    container.dataset.state = "ok";
+    container.dataset.key = `${answer.key}|${batch}`;
+    container.dataset.batch = String(batch);
+    container.dataset.shape = answer.shape.join(",");
+    container.dataset.dtype = answer.dtype;
+    container.dataset.max = String(top);
+  }
+
+  const rolloutPanel = serialized(async () => {
+    if (!rolloutFile) return;
+    if (!(await hasRoute("/v1/attention/rollout"))) {
+      failRollout("this server does not serve POST /v1/attention/rollout (rollout across layers)");
+      return;
+    }
+    let stack;
+    let options;
+    let batch;
+    try {
+      stack = rolloutStack();
+      $("ro-batch").max = String(stack.shape[1] - 1);
+      options = {
+        head_fusion: $("ro-fusion").value,
+        residual: fraction("ro-residual", "residual"),
+        discard_ratio: fraction("ro-discard", "discard ratio"),
+        renormalize: $("ro-renormalize").checked,
+      };
+      batch = wholeNumber("ro-batch", "batch entry");
+    } catch (e) {
+      failRollout(e.message);
+      return;
+    }
+    const key = rolloutKey(stack, options);
+    if (!rolloutAnswer || rolloutAnswer.key !== key) {
+      // a new stack or new options: ask the server (another batch entry of the same answer is drawn from it)
+      if (!rolloutBase64.has(stack.array)) rolloutBase64.set(stack.array, window.npyFiles.base64(stack.array.data));
+      const weights = { shape: stack.shape, dtype: stack.array.dtype, b64: rolloutBase64.get(stack.array) };
+      $("panel-rollout").setAttribute("aria-busy", "true");
+      let result;
+      try {
+        result = await api("v1/attention/rollout", { weights, ...options, precision: "float64" });
+      } finally {
+        $("panel-rollout").removeAttribute("aria-busy");
+      }
+      if (!result.ok) {
+        rolloutAnswer = null;
+        failRollout(problem(result));
+        return;
+      }
+      rolloutAnswer = { key, label: stack.label, rollout: result.body.rollout, shape: stack.shape, dtype: stack.array.dtype };
+    }
+    showError("ro-error", "");
+    drawRollout(rolloutAnswer, batch);
+  });
+
+  // A file chosen: read it (an .npz's arrays listed in the menu, the first stack-shaped one chosen), then draw.
+  async function rolloutFileChosen() {
+    const file = $("ro-file").files[0];
+    rolloutFile = null;
+    rolloutAnswer = null;
+    $("ro-array").textContent = "";
+    $("ro-array-label").hidden = true;
+    if (!file) {
+      clearRollout();
+      showError("ro-error", "");
+      return;
+    }
+    let read;
+    try {
+      read = await window.npyFiles.readFile(file.name, await file.arrayBuffer());
+    } catch (e) {
+      $("ro-file").setAttribute("aria-invalid", "true");
+      failRollout(e instanceof window.npyFiles.NpyError ? e.message : `${file.name}: ${e.message}`);
+      return;
+    }
+    $("ro-file").removeAttribute("aria-invalid");
+    read.arrays.forEach((a, i) => {
+      const option = document.createElement("option");
+      option.value = String(i);
+      option.textContent = a.error ? `${a.name} (not readable)` : `${a.name} (${a.array.shape.join(" × ")}, ${a.array.dtype})`;
+      $("ro-array").appendChild(option);
+    });
+    const stackShaped = read.arrays.findIndex((a) => a.array && (a.array.shape.length === 4 || a.array.shape.length === 5));
+    $("ro-array").value = String(Math.max(0, stackShaped));
+    $("ro-array-label").hidden = read.arrays.length < 2;
+    rolloutFile = { name: file.name, ...read };
+    rolloutPanel();
+  }
+
+  $("ro-file").addEventListener("change", () => {
+    rolloutFileChosen().catch((e) => failRollout(String((e && e.message) || e)));
+  });
+  for (const id of ["ro-array", "ro-fusion", "ro-renormalize"]) $(id).addEventListener("change", rolloutPanel);
+  for (const id of ["ro-residual", "ro-discard", "ro-batch"]) $(id).addEventListener("input", rolloutPanel);
+
   $("api-key").value = sessionStorage.getItem("attention-api-key") || "";
   $("api-key").addEventListener("change", () => {
     sessionStorage.setItem("attention-api-key", apiKey());
@@ -1324,6 +1526,8 @@
     heatmapPanel();
     samplingPanel();
     sessionsServed();
+    rolloutAnswer = null;
+    rolloutPanel();
   });
 
   softmaxPanel();
