@@ -154,6 +154,10 @@ def routes(plane: DataPlane) -> list[APIRoute]:
         generate_unique_id_function=operation_id,  # "delete_session", not FastAPI's path-derived id
         response_model=SessionEndResponse,
         responses={
+            422: {
+                "description": "Not a sequence id (0, or longer than 256 characters)",
+                "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+            },
             404: {
                 "description": "No such live session (never started, ended or evicted: the detail says which)",
                 "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
