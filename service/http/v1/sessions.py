@@ -161,7 +161,7 @@ def routes(plane: DataPlane) -> list[APIRoute]:
             404: {
                 "description": "No such live session (never started, ended or evicted: the detail says which)",
                 "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
-            }
+            },
         },
         summary="End an attention session",
     )
