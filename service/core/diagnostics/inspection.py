@@ -44,9 +44,17 @@ DEFAULT_SINK_POSITIONS = 4
 PATTERNS = ("previous_token_score", "duplicate_token_score", "induction_score")
 
 
+def row_sink_mass(weights: np.ndarray, positions: int) -> np.ndarray:
+    """Each row's weight on keys ``0 .. positions-1`` (float64, the weights' shape without its last axis): the
+    session model's per-row ``sink_mass`` (its first kept positions), whose mean over live rows is a head's.
+    """
+    rows: np.ndarray = weights[..., : max(0, positions)].sum(axis=-1, dtype=np.float64)
+    return rows
+
+
 def sink_mass(weights: np.ndarray, valid_keys: np.ndarray, positions: int) -> np.ndarray:
     """``(B, Hq)``: the mean over live rows (``valid_keys > 0``) of each row's weight on keys ``0 .. positions-1``."""
-    rows = weights[..., : max(0, positions)].sum(axis=-1, dtype=np.float64)
+    rows = row_sink_mass(weights, positions)
     live = valid_keys > 0
     count = live.sum(axis=-1)
     total = np.where(live, rows, 0.0).sum(axis=-1)

@@ -20,7 +20,7 @@ from service.dataplane.errors import invalid
 from service.dataplane.inference import PROTOCOL_PARAMETERS, InferRequest, InferResult, TensorSpec
 from service.dataplane.options import Encoding
 from service.dataplane.scheduling import Job
-from service.dataplane.sessions.store import SequenceId
+from service.dataplane.sessions.store import MAX_STRING_ID, UINT64_MAX, SequenceId
 from service.dataplane.tensors import TensorLimits, stack_limits
 from service.dataplane.timing import Timing
 
@@ -39,9 +39,6 @@ PRECISIONS = {"FP16": "float32", "FP32": "float32", "FP64": "float64"}
 SESSION_MODEL = "attention_session"
 """The one stateful model (:mod:`.session`): the others refuse the sequence parameters."""
 SEQUENCE_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end")
-MAX_STRING_ID = 256
-"""Longest string sequence id (Triton's string ids name Kubernetes objects and the like)."""
-UINT64_MAX = (1 << 64) - 1
 
 Prepare = Callable[[Context, InferRequest, Timing], Job[InferResult]]
 M = TypeVar("M", bound=BaseModel)

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from service.core.attention import Dims, check_dims, check_params
+from service.core.attention import Dims, check_dims, check_params, promote_to_4d
+from service.core.diagnostics.inspection import row_sink_mass
 from service.core.types import AttentionInputs, AttentionParams, AttentionResult, AttentionTask
 from service.dataplane import budget
 from service.dataplane.attention import check_alpha, engine_admission, row_diagnostics
@@ -86,12 +87,8 @@ def store_of(ctx: Context) -> SessionStore:
     return ctx.sessions
 
 
-def as_rank4(arr: np.ndarray) -> np.ndarray:
-    return arr.reshape((1,) * (4 - arr.ndim) + arr.shape)
-
-
 def layout_of(key: np.ndarray, value: np.ndarray, dtype: np.dtype) -> Layout:
-    k, v = as_rank4(key), as_rank4(value)
+    k, v = promote_to_4d(key), promote_to_4d(value)
     return Layout(dtype, batch=k.shape[0], key_heads=k.shape[1], head_size=k.shape[3], value_size=v.shape[3])
 
 
@@ -154,19 +151,19 @@ def prepare_step(ctx: Context, step: SessionStep, timing: Timing) -> Job[StepOut
     )
     check_alpha(options.normalizer, options.alpha)
     check_params(params)
+    check_dims(step.query.shape, step.key.shape, step.value.shape)  # the step's own shapes agree (ranks 2 to 4)
     dtype = np.dtype(step.precision)
     layout = layout_of(step.key, step.value, dtype)
-    check_dims(step.query.shape, step.key.shape, step.value.shape)  # the step's own shapes agree
     if live is not None:
         check_layout(live, layout, step.sequence_id)
-    appended = as_rank4(step.key).shape[2]
+    appended = promote_to_4d(step.key).shape[2]
     kept = live.cache.kept_after(appended) if live is not None else sum(retention.kept(appended))
     if kept > store.max_positions:
         raise too_large(
             f"{describe(step.sequence_id)} would keep {kept} positions, above the limit of {store.max_positions} "
             "(ATTN_SESSION_MAX_POSITIONS); start it with a window (StreamingLLM's sinks plus window) to bound it"
         )
-    q4 = as_rank4(step.query)
+    q4 = promote_to_4d(step.query)
     dims = Dims(
         B=q4.shape[0],
         Hq=q4.shape[1],
@@ -185,8 +182,8 @@ def prepare_step(ctx: Context, step: SessionStep, timing: Timing) -> Job[StepOut
     if reason is not None:
         raise too_large(reason)
     query = finite_as(step.query, dtype, "query")
-    key = as_rank4(finite_as(step.key, dtype, "key"))
-    value = as_rank4(finite_as(step.value, dtype, "value"))
+    key = promote_to_4d(finite_as(step.key, dtype, "key"))
+    value = promote_to_4d(finite_as(step.value, dtype, "value"))
     mask = float_mask_as(step.mask, dtype)
     timing.phase("decode")
     start = (layout, retention, step.options.sink_positions) if step.start else None
@@ -262,15 +259,11 @@ def _diagnostics(ctx: Context, task: AttentionTask, result: AttentionResult, sin
     """
     diagnostics = row_diagnostics(ctx, task, result)
     assert result.weights is not None
-    diagnostics["sink_mass"] = (
-        result.weights[..., :sinks].sum(axis=-1, dtype=np.float64).reshape(task.inputs.query.shape[:-1])
-    )
+    diagnostics["sink_mass"] = row_sink_mass(result.weights, sinks).reshape(task.inputs.query.shape[:-1])
     return diagnostics
 
 
 def _end_only(store: SessionStore, step: SessionStep, timing: Timing) -> StepOutcome:
     """An end without tensors: the sequence's cache freed (refused when it is not live)."""
-    with store.using(step.caller, step.sequence_id) as (session, _):
-        seen = session.cache.seen
-        store.end(session)
+    seen = store.end_sequence(step.caller, step.sequence_id)
     return StepOutcome(None, None, None, 0, seen, None, False, timing)

@@ -34,6 +34,10 @@ from service.dataplane.memory import BudgetShare, MemoryLease, mib
 from service.dataplane.sessions.cache import KVCache, Layout, Retention
 
 SequenceId = int | str
+MAX_STRING_ID = 256
+"""Longest string sequence id (Triton's string ids name Kubernetes objects and the like)."""
+UINT64_MAX = (1 << 64) - 1
+"""Largest integer sequence id (the protocol's uint64)."""
 Key = tuple[str, SequenceId]
 EVICTION_REASONS = ("idle", "pressure", "restarted", "stream_closed")
 """Why a session went without its own end (the metrics' ``reason``)."""
@@ -244,6 +248,15 @@ class SessionStore:
             if session.live:
                 self._drop(session, "ended")
         self._changed()
+
+    def end_sequence(self, caller: str, sequence_id: SequenceId) -> int:
+        """End a live sequence now, after a step of it in flight (an end without tensors, ``DELETE``): the positions
+        it had seen; refused, naming why, when it is not live.
+        """
+        with self.using(caller, sequence_id) as (session, _):
+            seen = session.cache.seen
+            self.end(session)
+        return seen
 
     def end_idle(self, caller: str, sequence_id: SequenceId, reason: str) -> bool:
         """End a live sequence now unless a step of it is in flight (a gRPC stream that carried it closed:

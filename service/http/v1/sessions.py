@@ -18,7 +18,7 @@ from service.dataplane.options import SessionOptions
 from service.dataplane.plane import DataPlane
 from service.dataplane.scheduling import Job
 from service.dataplane.sessions.step import TIMING_ORDER, SessionStep, StepOutcome, prepare_step, store_of
-from service.dataplane.sessions.store import SequenceId
+from service.dataplane.sessions.store import MAX_STRING_ID, UINT64_MAX, SequenceId
 from service.dataplane.timing import Timing
 from service.http.callers import request_caller
 from service.http.codecs.tensors import encode_tensor
@@ -28,7 +28,6 @@ from service.http.v1.common import Route, answer, json_route, optional_tensor, p
 from service.http.v1.session_schemas import SessionEndResponse, SessionStepRequest, SessionStepResponse
 
 STEP_TENSORS = ("query", "key", "value", "mask")
-UINT64_MAX = (1 << 64) - 1
 
 
 def path_id(text: str) -> SequenceId:
@@ -38,8 +37,8 @@ def path_id(text: str) -> SequenceId:
         if value == 0:
             raise invalid("sequence id 0 means no sequence in the protocol; name a sequence", "sequence_id")
         return value
-    if len(text) > 256:
-        raise invalid("a sequence id is at most 256 characters", "sequence_id")
+    if len(text) > MAX_STRING_ID:
+        raise invalid(f"a sequence id is at most {MAX_STRING_ID} characters", "sequence_id")
     return text
 
 
@@ -130,10 +129,7 @@ def routes(plane: DataPlane) -> list[APIRoute]:
         def end() -> int:
             if store.peek(caller, sid) is None:
                 raise not_found(str(store.refusal(caller, sid)))
-            with store.using(caller, sid) as (session, _):
-                seen = session.cache.seen
-                store.end(session)
-            return seen
+            return store.end_sequence(caller, sid)
 
         seen = await anyio.to_thread.run_sync(end)
         return Response(json_bytes({"sequence_id": sid, "positions_seen": seen}), media_type="application/json")
