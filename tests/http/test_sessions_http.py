@@ -319,3 +319,23 @@ def test_concurrent_steps_of_one_sequence_run_one_at_a_time(client: TestClient) 
         values.append(steps[i]["value"])
         want = stateless(steps[i]["query"], np.concatenate(keys, 2), np.concatenate(values, 2), None, "softmax")[0]
         np.testing.assert_allclose(answers[i]["output"], want, rtol=2e-6, atol=2e-7)
+
+
+def test_every_form_refuses_partial_tensors_and_a_lone_mask(client: TestClient) -> None:
+    """One rule for both forms: query, key and value together or none (an end), and no mask without them; a mask
+    with an end and no tensors would mask nothing, so it is refused, never ignored.
+    """
+    rng = np.random.default_rng(11)
+    outputs(infer(client, step(rng), sequence_id="partial", sequence_start=True))
+    arrays = step(rng)
+    del arrays["value"]
+    assert "'value' is missing" in error(infer(client, arrays, sequence_id="partial"), 400)
+    lone = {"mask": np.ones((1, 2), bool)}
+    assert "'mask' needs query, key and value" in error(
+        infer(client, lone, sequence_id="partial", sequence_end=True), 400
+    )
+    v1 = client.post("/v1/sessions/partial/steps", json={"end": True, "mask": [[True, True]]})
+    assert v1.status_code == 422 and "'mask' needs query, key and value" in v1.json()["detail"]
+    partial = client.post("/v1/sessions/partial/steps", json={"query": [[1.0, 0.0]], "key": [[1.0, 0.0]]})
+    assert partial.status_code == 422 and "'value' is missing" in partial.json()["detail"]
+    assert client.delete("/v1/sessions/partial").json()["positions_seen"] == 1  # nothing refused was appended

@@ -31,7 +31,7 @@ from service.dataplane.models.base import (
 )
 from service.dataplane.options import SessionOptions
 from service.dataplane.scheduling import Job
-from service.dataplane.sessions.step import TIMING_ORDER, SessionStep, StepOutcome, prepare_step
+from service.dataplane.sessions.step import TIMING_ORDER, SessionStep, StepOutcome, prepare_step, sends_tensors
 from service.dataplane.timing import Timing
 
 SESSION_PARAMETERS = {
@@ -58,12 +58,7 @@ def _prepare_step(ctx: Context, request: InferRequest, timing: Timing) -> Job[In
         )
     options = validated(SessionOptions, option_fields(request, ATTENTION_SESSION, OPTION_NAMES), ATTENTION_SESSION)
     inputs = request.inputs
-    given = [name for name in ("query", "key", "value") if name in inputs]
-    if given and len(given) < 3:
-        missing = [name for name in ("query", "key", "value") if name not in inputs]
-        raise invalid(f"a step sends query, key and value together; input {missing[0]!r} is missing", missing[0])
-    if "mask" in inputs and not given:
-        raise invalid("input 'mask' needs query, key and value", "mask")
+    given = sends_tensors(inputs)
     wanted = ATTENTION_SESSION.wanted(request)
     with_diagnostics = flag(request, "diagnostics", True)
     step = SessionStep(

@@ -13,6 +13,7 @@ session's lock (:meth:`~.store.SessionStore.using`).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,23 @@ class StepOutcome:
     engine: EngineChoice | None
     restarted: bool
     timing: Timing
+
+
+STEP_TENSORS = ("query", "key", "value")
+
+
+def sends_tensors(present: Collection[str]) -> bool:
+    """Whether a step sends its tensors (``present``: the names of the inputs it sends): query, key and value all
+    together, or none (an end only). A partial set is refused naming the missing one, a mask without them naming
+    ``mask`` (it would mask nothing): the rule of every wire form.
+    """
+    given = [name for name in STEP_TENSORS if name in present]
+    if given and len(given) < len(STEP_TENSORS):
+        missing = next(name for name in STEP_TENSORS if name not in present)
+        raise invalid(f"a step sends query, key and value together; {missing!r} is missing", missing)
+    if "mask" in present and not given:
+        raise invalid("'mask' needs query, key and value in the same step", "mask")
+    return bool(given)
 
 
 def store_of(ctx: Context) -> SessionStore:

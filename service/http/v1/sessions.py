@@ -17,7 +17,14 @@ from service.dataplane.errors import invalid, not_found
 from service.dataplane.options import SessionOptions
 from service.dataplane.plane import DataPlane
 from service.dataplane.scheduling import Job
-from service.dataplane.sessions.step import TIMING_ORDER, SessionStep, StepOutcome, prepare_step, store_of
+from service.dataplane.sessions.step import (
+    TIMING_ORDER,
+    SessionStep,
+    StepOutcome,
+    prepare_step,
+    sends_tensors,
+    store_of,
+)
 from service.dataplane.sessions.store import MAX_STRING_ID, UINT64_MAX, SequenceId
 from service.dataplane.timing import Timing
 from service.http.callers import request_caller
@@ -48,11 +55,11 @@ def step_route(caller: str, sequence_id: SequenceId) -> Route[tuple[SessionStepR
     def decode(ctx: Context, raw: bytes) -> tuple[SessionStepRequest, SessionStep]:
         req = parsed(SessionStepRequest, raw, STEP_TENSORS)
         limits = ctx.limits
-        tensors = {name: optional_tensor(getattr(req, name), name, limits) for name in ("query", "key", "value")}
-        given = [name for name, arr in tensors.items() if arr is not None]
-        if given and len(given) < 3:
-            missing = next(name for name, arr in tensors.items() if arr is None)
-            raise invalid(f"a step sends query, key and value together; {missing!r} is missing", missing)
+        tensors = {
+            name: optional_tensor(getattr(req, name), name, limits, "mask" if name == "mask" else "float")
+            for name in STEP_TENSORS
+        }
+        given = sends_tensors([name for name, arr in tensors.items() if arr is not None])
         returned = req.return_
         options = SessionOptions(
             scale=req.scale,
@@ -72,11 +79,11 @@ def step_route(caller: str, sequence_id: SequenceId) -> Route[tuple[SessionStepR
             query=tensors["query"],
             key=tensors["key"],
             value=tensors["value"],
-            mask=optional_tensor(req.mask, "mask", limits, "mask"),
+            mask=tensors["mask"],
             options=options,
             precision=req.precision,
             weights=None if returned is None else "weights" in returned,
-            diagnostics=bool(given) and (returned is None or "diagnostics" in returned),
+            diagnostics=given and (returned is None or "diagnostics" in returned),
             encoding=req.encoding,
         )
         return req, step
