@@ -135,8 +135,8 @@ def option_fields(request: InferRequest, model: Model, names: Sequence[str]) -> 
     default). Parameters of the protocol and of Triton's clients, and ``diagnostics``, are skipped; a stateless
     model refuses a sequence (:func:`refuse_sequence`).
     """
-    if not model.stateful:
-        refuse_sequence(request, model.name)
+    if not model.stateful and any(name in request.parameters for name in SEQUENCE_PARAMETERS):
+        refuse_sequence(request, model.name)  # parsed only when sent: not on every stateless request's path
     out: dict[str, Any] = {}
     for key, value in request.parameters.items():
         if key in names:
