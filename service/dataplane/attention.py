@@ -84,6 +84,8 @@ class InspectionRequest:
 NO_INSPECTION = InspectionRequest()
 INSPECTED = frozenset({"inspection", "norm_weights"})
 """The results the inspection adds (both need the weights)."""
+NEED_WEIGHTS = frozenset({"weights", "diagnostics", "gradient_health"}) | INSPECTED
+"""The results computed from the weights: an engine that returns output only is asked for them."""
 
 
 def check_token_ids(token_ids: np.ndarray, dims: Dims, loc: str = "token_ids") -> np.ndarray:
@@ -164,7 +166,7 @@ def checked_task(
         ),
         params=params,
         dtype=dtype,
-        need_weights=bool({"weights", "diagnostics", "gradient_health", *INSPECTED} & set(returned)),
+        need_weights=not NEED_WEIGHTS.isdisjoint(returned),
         # relu's Jacobian depends on the scores, not on the weights alone
         need_scores="scores" in returned
         or "diagnostics" in returned

@@ -103,6 +103,8 @@ def softmax_memory(shape: tuple[int, ...], with_log: bool, precision: str, respo
     return arrays + cost.numpy_scratch_bytes(elements, "entmax") + response_bytes
 
 
+ESTIMATED_FROM_WEIGHTS = frozenset({"weights", "diagnostics", "inspection", "norm_weights"})
+"""The results whose estimate prices the weights (gradient health is priced on its own below)."""
 INSPECTION_NS_PER_SCORE = 6.0
 """The inspection's passes over each weight (float64 copies, the norm weights and their summary, patterns)."""
 INSPECTION_BYTES_PER_HEAD = 400
@@ -120,7 +122,7 @@ def attention_estimate(
     costs: CostModel | None = None,
 ) -> tuple[float, int]:
     """(flops, response bytes) of one attention request on the numpy engine (the engine every request can use)."""
-    need_weights = bool({"weights", "diagnostics", "inspection", "norm_weights"} & set(returned))
+    need_weights = not ESTIMATED_FROM_WEIGHTS.isdisjoint(returned)
     need_scores = "scores" in returned or "diagnostics" in returned
     c = operations_costs(costs).numpy_cost(
         dims, normalizer=normalizer, alpha=alpha, dtype=precision, need_weights=need_weights, need_scores=need_scores
