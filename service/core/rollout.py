@@ -30,6 +30,9 @@ batch entry:
 4. **Product**: ``rollout = A_hat[last] @ ... @ A_hat[first]``, ``[B, L, L]``; row ``i`` is how much output
    position ``i`` draws on each input token. With ``rows``, only those rows, computed from the left
    (``e_rows @ A_hat[last] @ ...``): ``R * L^2`` per layer instead of ``L^3``.
+5. **Top keys** (``top_k``, optional): only the ``k`` largest entries of each answered row and their key indices
+   (:func:`top_keys`), ``[B, R, k]`` each, largest first, ties to the lower key index, so an answer over long
+   sequences stays ``k`` numbers a row instead of ``L``.
 
 Checks (refusals name the field, and the layer, batch, head and row): the weights are finite and non-negative and
 each row sums to 1 within the tolerance or to exactly 0 (a fully masked row), unless ``renormalize`` (then each
@@ -125,6 +128,23 @@ def resolve_rows(rows: Sequence[int] | np.ndarray, length: int) -> np.ndarray:
             raise InvalidInput(f"rows[{i}] = {r} is row {index} again (rows[{seen[index]}])", ("rows", i))
         seen[index] = i
     return np.array(list(seen), dtype=np.int64)
+
+
+def check_top_k(top_k: int, length: int) -> None:
+    """``top_k`` keys per row: at least 1, at most the ``length`` keys of a row."""
+    if not 1 <= top_k <= length:
+        raise InvalidInput(
+            f"top_k {top_k} is outside [1, {length}]: the weights have L = {length} keys per row", ("top_k",)
+        )
+
+
+def top_keys(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest entries of each row of ``rows`` ``[..., L]`` and their indices (int64), ``[..., k]`` each,
+    largest first; equal entries in order of their index (a stable sort of the negated rows), so the answer is the
+    same on every machine.
+    """
+    order = np.argsort(-rows, axis=-1, kind="stable")[..., :k]
+    return order.astype(np.int64, copy=False), np.take_along_axis(rows, order, axis=-1)
 
 
 @dataclass(frozen=True, slots=True)

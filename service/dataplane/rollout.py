@@ -2,11 +2,13 @@
 
 The input is a stack ``[layers, B, H, L, L]`` of the layers' weights, first layer first (and, for the
 gradient-weighted form, the gradients of the same shape); the answer is ``[B, L, L]``, or ``[B, R, L]`` for the
-``R`` rows asked for. Each layer ``[B, H, L, L]`` is held to ``ATTN_MAX_TENSOR_ELEMENTS`` (a weights tensor that
-``/v1/attention`` could answer), the layers to ``ATTN_MAX_DIM``. The work is priced like the rest
+``R`` rows asked for, and with ``top_k`` each answered row's ``k`` largest entries and their key indices
+(``[B, R, k]`` each) instead of, or (on ``/v2``, when the outputs list both) beside, the whole rows. Each layer
+``[B, H, L, L]`` is held to ``ATTN_MAX_TENSOR_ELEMENTS`` (a weights tensor that ``/v1/attention`` could answer),
+the layers to ``ATTN_MAX_DIM``. The work is priced like the rest
 (:mod:`.budget`): float64 products, ``L^3`` per layer and batch entry for the whole answer, ``R * L^2`` for ``R``
 rows, plus the passes over the stack; a request over a limit is refused (``TOO_LARGE``) with a message that names
-``rows`` where the whole ``L x L`` answer is what is too large. Nothing is ever substituted.
+``rows`` and ``top_k`` where the whole ``L x L`` answer is what is too large. Nothing is ever substituted.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from typing import Annotated, Literal, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from service.core import rollout as core
 from service.dataplane import budget
@@ -46,6 +48,8 @@ MATRIX_NS_PER_ENTRY = 3.0
 """Each fused entry: the residual, the row renormalisation."""
 DISCARD_NS_PER_ENTRY = 12.0
 """With ``discard_ratio``: the partition of each fused matrix and the comparisons."""
+TOP_NS_PER_ENTRY = 40.0
+"""With ``top_k``: the stable sort of each answered row (about ``log2(L)`` comparisons an entry)."""
 
 
 class RolloutOptionsLike(Protocol):
@@ -59,6 +63,8 @@ class RolloutOptionsLike(Protocol):
     def discard_ratio(self) -> float: ...
     @property
     def renormalize(self) -> bool: ...
+    @property
+    def top_k(self) -> int | None: ...
 
 
 class RolloutOptions(BaseModel):
@@ -70,6 +76,7 @@ class RolloutOptions(BaseModel):
     residual: Fraction = 0.5
     discard_ratio: Fraction = 0.0
     renormalize: StrictBool = False
+    top_k: Annotated[StrictInt, Field(ge=1)] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +95,13 @@ class StackDims:
 
 @dataclass(slots=True)
 class RolloutOutcome:
-    rollout: np.ndarray
-    """``[B, L, L]``, or ``[B, R, L]`` for the rows asked for, in the request's precision."""
+    rollout: np.ndarray | None
+    """``[B, L, L]``, or ``[B, R, L]`` for the rows asked for, in the request's precision (None when not asked)."""
     timing: Timing
+    top_keys: np.ndarray | None = None
+    """With ``top_k``: ``[B, R, k]`` int64, the key indices of each row's ``k`` largest entries, largest first."""
+    top_values: np.ndarray | None = None
+    """With ``top_k``: ``[B, R, k]``, those entries, in the request's precision."""
 
 
 def stack_dims(weights: np.ndarray, gradients: np.ndarray | None, max_elements: int) -> StackDims:
@@ -139,10 +150,12 @@ def estimate(
     precision: str,
     encoding: str,
     *,
+    whole: bool = True,
     workers: int = 1,
     costs: cost.CostModel | None = None,
 ) -> tuple[float, int, int]:
-    """(flops, response bytes, memory bytes) of one rollout.
+    """(flops, response bytes, memory bytes) of one rollout; ``whole``: the answer's rows are returned, not only
+    their ``options.top_k`` largest entries.
 
     Work: the float64 products (at half the float32 GEMM rate, so counted twice), ``2 * R * L^2`` per layer after
     the last and batch entry with ``R = rows`` or ``L``, plus the passes over the weights and the fused matrices.
@@ -160,33 +173,61 @@ def estimate(
     factor = budget.operations_costs(costs).factor("gemm")
     flops = 2.0 * gemm * factor + budget.ns_as_flops(d.weights * per_weight + entries * per_entry)
     answer = d.B * out_rows * d.L
-    response = int(answer * budget.bytes_per_number(precision, encoding) + 4096)
+    per_number = budget.bytes_per_number(precision, encoding)
+    returned = answer * per_number if whole or options.top_k is None else 0.0
+    if options.top_k is not None:  # the values and their int64 indices (priced as float64 numbers), a sort's scratch
+        top = d.B * out_rows * options.top_k
+        returned += top * (per_number + budget.bytes_per_number("float64", encoding))
+        flops += budget.ns_as_flops(answer * TOP_NS_PER_ENTRY)
+    response = int(returned + 4096)
     head_scratch = d.L * d.L * 8 * (1 + with_gradients + options.renormalize) * max(1, workers)
     itemsize = 4 if precision == "float32" else 8
-    memory = d.weights * 8 * (1 + with_gradients) + entries * 8 + head_scratch + answer * (16 + itemsize) + response
+    sort_scratch = answer * 16 if options.top_k is not None else 0  # the negated rows and the order
+    memory = (
+        d.weights * 8 * (1 + with_gradients)
+        + entries * 8
+        + head_scratch
+        + answer * (16 + itemsize)
+        + sort_scratch
+        + response
+    )
     return flops, response, memory
 
 
-def refuse_over_budget(ctx: Context, flops: float, response: int, memory: int, rows: int | None) -> None:
-    """``TOO_LARGE`` when the rollout is over a limit; the message names ``rows`` where the whole ``[B, L, L]``
-    answer is what is too large (its work or its size), and what helps otherwise.
+def refuse_over_budget(
+    ctx: Context, flops: float, response: int, memory: int, rows: int | None, *, whole: bool = True
+) -> None:
+    """``TOO_LARGE`` when the rollout is over a limit; the message names ``rows`` (the work and the size) and
+    ``top_k`` (the size) where the whole ``[B, L, L]`` answer is what is too large, and what helps otherwise.
     """
     limits = ctx.budget
-    whole = rows is None
-    hint = (
+    all_rows = rows is None
+    work_hint = (
         "; the whole [B, L, L] rollout is what is too large: send rows (e.g. [0], the first token's row, or [-1], "
         "the last one) to have only those rows, [B, R, L], at R * L^2 work per layer instead of L^3"
+    )
+    size_hint = (
+        "; the whole rows of the rollout are what is too large: send top_k to have only each row's k largest "
+        "entries and their key indices, [B, R, k], or rows to have only those rows, [B, R, L]"
     )
     if flops > limits.max_work_flops:
         raise too_large(
             f"estimated work {flops:.3g} GEMM-equivalent floating-point operations (about "
             f"{flops / cost.REFERENCE_GEMM_FLOPS_PER_S:.2g} core-seconds) exceeds the limit of "
-            f"{limits.max_work_flops:.3g}" + (hint if whole else "; send fewer rows, layers or batch entries")
+            f"{limits.max_work_flops:.3g}" + (work_hint if all_rows else "; send fewer rows, layers or batch entries")
         )
     if response > limits.max_response_bytes:
+        if not whole:
+            helps = "; send a smaller top_k, fewer rows or batch entries"
+        elif all_rows:
+            helps = size_hint
+        else:
+            helps = "; send top_k to have only each row's k largest entries and their key indices, fewer rows or "
+            helps += "batch entries"
         raise too_large(
             f"estimated response size {response} bytes exceeds the limit of {limits.max_response_bytes}"
-            + (hint if whole else "; send fewer rows or batch entries, or take the answer in a binary form")
+            + helps
+            + ", or take the answer in a binary form"
         )
     reason = budget.check(limits, 0.0, 0, memory)
     if reason is not None:
@@ -215,10 +256,13 @@ def rollout(
     precision: str,
     encoding: str,
     timing: Timing,
+    whole: bool = True,
 ) -> Job[RolloutOutcome]:
     """The rollout of ``weights`` ``[layers, B, H, L, L]`` (:mod:`service.core.rollout`), computed in float64 and
-    answered in ``precision``. ``sent_as``: the dtype the weights came in on the wire (float64 for JSON lists),
-    which with the precision sets the row sums' tolerance (:func:`service.core.rollout.row_sum_tolerance`).
+    answered in ``precision``: the whole rows when ``whole`` (it must be, without ``options.top_k``), and with
+    ``top_k`` each row's largest entries and their key indices. ``sent_as``: the dtype the weights came in on the
+    wire (float64 for JSON lists), which with the precision sets the row sums' tolerance
+    (:func:`service.core.rollout.row_sum_tolerance`).
     """
     d = stack_dims(weights, gradients, ctx.limits.max_elements)
     weights, gradients = floats(weights), None if gradients is None else floats(gradients)
@@ -232,20 +276,28 @@ def rollout(
         tolerance=core.row_sum_tolerance(sent_as, dtype),
     )
     core.check_params(params, gradients is not None)
+    top_k = options.top_k
+    if top_k is not None:
+        core.check_top_k(top_k, d.L)
+    elif not whole:
+        raise invalid("the top keys of the rollout are asked for without top_k: send top_k", "top_k")
     picked = None if rows is None else core.resolve_rows(rows, d.L)
     executor, workers = worker_pool(ctx)
     count = None if picked is None else len(picked)
     flops, response, memory = estimate(
-        d, count, options, gradients is not None, precision, encoding, workers=workers, costs=ctx.costs
+        d, count, options, gradients is not None, precision, encoding, whole=whole, workers=workers, costs=ctx.costs
     )
-    refuse_over_budget(ctx, flops, response, memory, count)
+    refuse_over_budget(ctx, flops, response, memory, count, whole=whole)
     timing.phase("decode")
 
     def run(lease: MemoryLease) -> RolloutOutcome:
         timing.skip()
         result = core.rollout(weights, gradients, params, picked, executor=executor, workers=workers)
-        out = result.astype(dtype, copy=False)
+        out = RolloutOutcome(result.astype(dtype, copy=False) if whole else None, timing)
+        if top_k is not None:
+            keys, values = core.top_keys(result, top_k)
+            out.top_keys, out.top_values = keys, values.astype(dtype, copy=False)
         timing.phase("compute")
-        return RolloutOutcome(out, timing)
+        return out
 
     return Job(flops, response, memory, run)

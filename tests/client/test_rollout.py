@@ -172,6 +172,22 @@ def test_the_async_client_answers_the_same(client: AttentionClient, keyed_server
     np.testing.assert_array_equal(last.rollout, same.rollout)
 
 
+@pytest.mark.slow
+def test_top_k_answers_each_rows_largest_entries(client: AttentionClient) -> None:
+    weights = _stack(7)
+    whole = client.rollout(weights, precision="float64").rollout
+    assert whole is not None
+    r = client.rollout(weights, rows=[-1, 2], top_k=3, precision="float64")
+    assert r.rollout is None and r.top_keys is not None and r.top_values is not None
+    assert r.top_keys.dtype == np.int64 and r.top_keys.shape == r.top_values.shape == (B, 2, 3)
+    want = np.argsort(-whole[:, [-1, 2]], axis=-1, kind="stable")[..., :3]
+    np.testing.assert_array_equal(r.top_keys, want)
+    np.testing.assert_array_equal(r.top_values, np.take_along_axis(whole[:, [-1, 2]], want, axis=-1))
+    with pytest.raises(ValidationError) as info:
+        client.rollout(weights, top_k=L + 1)
+    assert info.value.status == 422 and info.value.errors[0]["loc"] == ["top_k"]
+
+
 # ------------------------------------------------------------------ scripted answers
 
 
@@ -246,7 +262,22 @@ def test_the_body_on_the_wire() -> None:
     assert (second["head_fusion"], second["residual"], second["discard_ratio"]) == ("mean", 0.5, 0.0)
     assert second["renormalize"] is False and second["precision"] == "float32"
     c.rollout(ONE_LAYER)
-    assert "rows" not in bodies[2]
+    assert "rows" not in bodies[2] and "top_k" not in bodies[2]
+    c.rollout(ONE_LAYER, top_k=np.int32(1))
+    assert bodies[3]["top_k"] == 1 and type(bodies[3]["top_k"]) is int
+
+
+def test_a_top_k_answer_is_parsed_without_rollout() -> None:
+    keys, values = np.array([[[1], [0]]]), np.array([[[0.75], [1.0]]])
+    answer = {"top_keys": _b64(keys), "top_values": _b64(values), "timing_ms": {"total": 1.0}}
+    answer["top_keys"]["dtype"] = "int64"
+    answer["top_keys"]["b64"] = base64.b64encode(keys.astype("<i8").tobytes()).decode()
+    c, _, _ = _scripted(answer)
+    r = c.rollout(ONE_LAYER, top_k=1)
+    assert r.rollout is None and r.top_keys is not None and r.top_values is not None
+    assert r.top_keys.dtype == np.int64
+    np.testing.assert_array_equal(r.top_keys, keys)
+    np.testing.assert_array_equal(r.top_values, values)
 
 
 def test_an_answer_without_rollout_is_a_service_error() -> None:
@@ -277,6 +308,7 @@ BAD: list[tuple[str, Callable[[AttentionClient], object], str]] = [
     ("residual", lambda c: c.rollout(ONE_LAYER, residual="half"), "residual: expected a number"),  # type: ignore[arg-type]
     ("discard_ratio", lambda c: c.rollout(ONE_LAYER, discard_ratio=None), "discard_ratio: expected a number"),  # type: ignore[arg-type]
     ("renormalize", lambda c: c.rollout(ONE_LAYER, renormalize=1), "renormalize: expected True or False"),  # type: ignore[arg-type]
+    ("top_k", lambda c: c.rollout(ONE_LAYER, top_k=1.5), "top_k: expected an integer"),  # type: ignore[arg-type]
 ]
 
 

@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 
 from service.core.errors import InvalidInput
-from service.core.rollout import RolloutParams, layer_fused, resolve_rows, rollout, row_sum_tolerance
+from service.core.rollout import (
+    RolloutParams,
+    check_top_k,
+    layer_fused,
+    resolve_rows,
+    rollout,
+    row_sum_tolerance,
+    top_keys,
+)
 from tests.golden import load
 
 CASES = load("rollout")
@@ -268,3 +276,44 @@ def test_refusals_of_options_and_rows() -> None:
         with pytest.raises(InvalidInput, match=re.escape(words)) as err:
             resolve_rows(rows, 3)
         assert err.value.loc == loc
+
+
+# ------------------------------------------------------------------------------------------------ top keys
+
+
+def _top_reference(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's ``k`` largest entries by Python's ``sorted`` (a key of (-value, index): largest first, equal
+    values by index), one row at a time: an algorithm independent of the numpy sort the service uses.
+    """
+    flat = rows.reshape(-1, rows.shape[-1])
+    keys = np.array([[j for _, j in sorted((-v, j) for j, v in enumerate(row))[:k]] for row in flat.tolist()])
+    shape = (*rows.shape[:-1], k)
+    return keys.reshape(shape), np.take_along_axis(flat, keys, axis=-1).reshape(shape)
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_top_keys_against_a_plain_sort(k: int) -> None:
+    weights = RNG.dirichlet(np.ones(8), size=(2, 1, 3, 8))[:, :, :, :, :]  # [2 layers, 1, 3 heads, 8, 8]
+    whole = rollout(weights, None, params())
+    rows = np.round(whole, 2)  # rounded: many equal entries, so the tie rule is exercised
+    keys, values = top_keys(rows, k)
+    want_keys, want_values = _top_reference(rows, k)
+    assert keys.dtype == np.int64 and keys.shape == values.shape == (1, 8, k)
+    np.testing.assert_array_equal(keys, want_keys)
+    np.testing.assert_array_equal(values, want_values)
+
+
+def test_top_keys_ties_go_to_the_lower_index_and_k_equal_to_length_is_a_full_sort() -> None:
+    rows = np.array([[[0.25, 0.5, 0.25, 0.0], [0.0, 0.0, 0.0, 0.0]]])
+    keys, values = top_keys(rows, 2)
+    np.testing.assert_array_equal(keys, [[[1, 0], [0, 1]]])
+    np.testing.assert_array_equal(values, [[[0.5, 0.25], [0.0, 0.0]]])
+    keys, _ = top_keys(rows, 4)
+    np.testing.assert_array_equal(keys, [[[1, 0, 2, 3], [0, 1, 2, 3]]])
+
+
+@pytest.mark.parametrize("k", [0, -1, 5])
+def test_top_k_outside_one_to_length_is_refused_naming_it(k: int) -> None:
+    with pytest.raises(InvalidInput, match=re.escape(f"top_k {k} is outside [1, 4]")) as info:
+        check_top_k(k, 4)
+    assert info.value.loc == ("top_k",)

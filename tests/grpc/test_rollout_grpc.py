@@ -108,13 +108,34 @@ def test_refusals_are_invalid_argument_naming_the_field(
         assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
 
 
-def test_too_large_is_resource_exhausted_naming_rows(server_with: Callable[..., GrpcServer]) -> None:
+def test_too_large_is_resource_exhausted_naming_top_k_and_rows(server_with: Callable[..., GrpcServer]) -> None:
     small = server_with(ATTN_MAX_RESPONSE_BYTES="8192")
     client = tg.InferenceServerClient(small.target)
     logits = np.random.default_rng(0).standard_normal((1, 1, 1, 64, 64))
     weights = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
-    with pytest.raises(InferenceServerException, match=r"send rows \(e\.g\. \[0\]") as err:
+    with pytest.raises(
+        InferenceServerException, match=r"send top_k to have only each row's k largest .* or rows"
+    ) as err:
         infer(client, tg, {"weights": weights})
     assert err.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
     assert infer(client, tg, {"weights": weights, "rows": np.array([0], dtype=np.int32)}).shape == (1, 1, 64)
     client.close()
+
+
+def test_top_k_over_grpc_answers_int64_keys_and_their_values(
+    clients: tuple[tg.InferenceServerClient, th.InferenceServerClient],
+) -> None:
+    weights = np.array(CASES[4]["weights"])
+    whole = infer(clients[0], tg, {"weights": weights})
+    outputs = [tg.InferRequestedOutput("top_keys"), tg.InferRequestedOutput("top_values")]
+    result = clients[0].infer(
+        "attention_rollout", inputs(tg, {"weights": weights}), outputs=outputs, parameters={"top_k": 2}
+    )
+    keys, values = result.as_numpy("top_keys"), result.as_numpy("top_values")
+    assert keys.dtype == np.int64 and keys.shape == (*whole.shape[:2], 2)
+    want = np.argsort(-whole, axis=-1, kind="stable")[..., :2]
+    np.testing.assert_array_equal(keys, want)
+    np.testing.assert_array_equal(values, np.take_along_axis(whole, want, axis=-1))
+    with pytest.raises(InferenceServerException, match="top_k 99 is outside") as err:
+        clients[0].infer("attention_rollout", inputs(tg, {"weights": weights}), parameters={"top_k": 99})
+    assert err.value.status() == "StatusCode.INVALID_ARGUMENT"

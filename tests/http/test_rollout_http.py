@@ -142,7 +142,77 @@ def test_metadata(client: TestClient) -> None:
     meta = client.get("/v2/models/attention_rollout").json()
     assert [(t["name"], t["ranks"]) for t in meta["inputs"]] == [("weights", [5]), ("gradients", [5]), ("rows", [1])]
     assert meta["inputs"][2]["datatypes"] == ["INT64", "INT32"] and meta["outputs"][0]["ranks"] == [3]
-    assert set(meta["parameters"]) == {"head_fusion", "residual", "discard_ratio", "renormalize", "binary_data_output"}
+    assert set(meta["parameters"]) == {
+        "head_fusion",
+        "residual",
+        "discard_ratio",
+        "renormalize",
+        "top_k",
+        "binary_data_output",
+    }
+    assert [(t["name"], t["datatype"]) for t in meta["outputs"]] == [
+        ("rollout", "FP32"),
+        ("top_keys", "INT64"),
+        ("top_values", "FP32"),
+    ]
+
+
+# ------------------------------------------------------------------------------------------------ top keys
+
+
+def largest(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's k largest entries and their indices, largest first, equal entries by index (Python's sort)."""
+    flat = rows.reshape(-1, rows.shape[-1]).tolist()
+    keys = np.array([[j for _, j in sorted((-v, j) for j, v in enumerate(row))[:k]] for row in flat])
+    keys = keys.reshape((*rows.shape[:-1], k))
+    return keys, np.take_along_axis(rows, keys, axis=-1)
+
+
+def test_top_k_answers_each_rows_largest_entries_on_v1_and_v2(client: TestClient) -> None:
+    w = stack(3, 2, 4, 6)
+    whole = np.array(client.post(V1, json={"weights": w.tolist(), "precision": "float64"}).json()["rollout"])
+    want_keys, want_values = largest(whole[:, [0, -1]], 3)
+    r = client.post(V1, json={"weights": w.tolist(), "precision": "float64", "rows": [0, -1], "top_k": 3})
+    assert r.status_code == 200, r.text
+    assert set(r.json()) == {"top_keys", "top_values", "timing_ms"}  # the whole rows are not sent
+    np.testing.assert_array_equal(np.array(r.json()["top_keys"]), want_keys)
+    np.testing.assert_array_equal(np.array(r.json()["top_values"]), want_values)
+    b64_form = client.post(V1, json={"weights": w.tolist(), "top_k": 3, "encoding": "base64"}).json()
+    keys = decode(b64_form["top_keys"])
+    assert keys.dtype == np.int64 and keys.shape == (2, 6, 3) and decode(b64_form["top_values"]).dtype == np.float32
+    np.testing.assert_array_equal(keys, largest(whole, 3)[0])
+
+    inputs = [json_input("weights", w, "FP64"), json_input("rows", np.array([0, -1]), "INT64")]
+    header, v2 = outputs_of(client.post(V2, json={"inputs": inputs, "parameters": {"top_k": 3}}))
+    assert [(o["name"], o["datatype"]) for o in header["outputs"]] == [("top_keys", "INT64"), ("top_values", "FP64")]
+    np.testing.assert_array_equal(v2["top_keys"], want_keys)
+    np.testing.assert_array_equal(v2["top_values"], want_values)
+    body, headers = binary_request(
+        [("weights", w, "FP64")],
+        outputs=[{"name": "rollout"}, {"name": "top_keys"}],
+        parameters={"top_k": 2, "binary_data_output": True},
+    )
+    _, both = outputs_of(client.post(V2, content=body, headers=headers))
+    np.testing.assert_array_equal(both["rollout"], whole)
+    np.testing.assert_array_equal(both["top_keys"], largest(whole, 2)[0])
+
+
+@pytest.mark.parametrize(
+    ("outputs", "parameters", "fragment"),
+    [
+        ([{"name": "top_keys"}], {}, "the top keys of the rollout are asked for without top_k: send top_k"),
+        ([{"name": "rollout"}], {"top_k": 2}, "top_k asks for the outputs top_keys and top_values"),
+        (None, {"top_k": 7}, "top_k 7 is outside [1, 6]"),
+        (None, {"top_k": 0}, "parameter 'top_k'"),
+    ],
+)
+def test_v2_top_k_refusals_name_it(
+    client: TestClient, outputs: list[dict[str, Any]] | None, parameters: dict[str, Any], fragment: str
+) -> None:
+    body: dict[str, Any] = {"inputs": [json_input("weights", stack(1, 1, 1, 6), "FP64")], "parameters": parameters}
+    if outputs is not None:
+        body["outputs"] = outputs
+    assert_error(client.post(V2, json=body), 400, fragment)
 
 
 # ------------------------------------------------------------------------------------------------ refusals
@@ -170,6 +240,9 @@ NEGATIVE[0, 0, 1, 2, 1] = -0.5
         ({"weights": W.tolist(), "discard_ratio": -0.1}, ["discard_ratio"], None),
         ({"weights": W.tolist(), "gradients": W.tolist(), "head_fusion": "min"}, ["head_fusion"], "no gradient"),
         ({"weights": W.tolist(), "return": ["rollout"]}, ["return"], None),
+        ({"weights": W.tolist(), "top_k": 4}, ["top_k"], "top_k 4 is outside [1, 3]"),
+        ({"weights": W.tolist(), "top_k": 0}, ["top_k"], None),
+        ({"weights": W.tolist(), "top_k": 1.5}, ["top_k"], None),
     ],
 )
 def test_v1_refusals_name_the_field(client: TestClient, body: dict[str, Any], loc: list[Any], detail: str) -> None:
@@ -244,7 +317,13 @@ def test_a_whole_answer_over_the_response_limit_is_refused_naming_rows() -> None
     w = stack(2, 1, 1, 32)  # 1,024 numbers: about 16 KiB of JSON
     with TestClient(create_app(Settings(enable_onnx=False, max_response_bytes=8192))) as c:
         r = c.post(V1, json={"weights": w.tolist()})
-        assert_problem(r, 413, detail="estimated response size 20480 bytes exceeds the limit of 8192; the whole")
+        body = assert_problem(r, 413, detail="estimated response size 20480 bytes exceeds the limit of 8192; the whole")
+        assert "send top_k to have only each row's k largest entries" in body["detail"]
         assert c.post(V1, json={"weights": w.tolist(), "rows": [-1]}).status_code == 200
+        top = c.post(V1, json={"weights": w.tolist(), "top_k": 2})  # 32 rows x 2 values and indices
+        assert top.status_code == 200, top.text
+        assert np.array(top.json()["top_keys"]).shape == (1, 32, 2)
         many = {"weights": w.tolist(), "rows": list(range(32))}
-        assert_problem(c.post(V1, json=many), 413, detail="8192; send fewer rows or batch entries")
+        assert_problem(c.post(V1, json=many), 413, detail="8192; send top_k to have only each row's k largest")
+        wide = {"weights": w.tolist(), "top_k": 32}
+        assert_problem(c.post(V1, json=wide), 413, detail="8192; send a smaller top_k, fewer rows or batch entries")

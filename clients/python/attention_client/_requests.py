@@ -332,9 +332,11 @@ def rollout_body(
     rows: Sequence[int] | None,
     renormalize: bool,
     precision: Precision,
+    top_k: int | None = None,
 ) -> dict[str, Any]:
     """The body of ``/v1/attention/rollout``. Checked here: the weights' rank and square last axes, the gradients'
-    shape (the weights'), ``rows`` a non-empty list of integers; ranges and the weights' values are the service's.
+    shape (the weights'), ``rows`` a non-empty list of integers, ``top_k`` an integer; ranges and the weights'
+    values are the service's.
     """
     stack = _stack(weights, "weights")
     grads = None if gradients is None else _stack(gradients, "gradients")
@@ -353,6 +355,7 @@ def rollout_body(
         discard_ratio=_float(discard_ratio, "discard_ratio"),
         rows=picked,
         renormalize=_flag(renormalize, "renormalize"),
+        top_k=None if top_k is None else _int(top_k, "top_k"),
         precision=precision,
         encoding="base64",
     )

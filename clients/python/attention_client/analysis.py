@@ -109,6 +109,7 @@ class AnalysisMixin:
         discard_ratio: float = 0.0,
         rows: Sequence[int] | None = None,
         renormalize: bool = False,
+        top_k: int | None = None,
         precision: Precision = "float32",
         request_id: str | None = None,
         timeout: float | None = None,
@@ -134,12 +135,15 @@ class AnalysisMixin:
                 negative from the end, none twice. Default: every row.
             renormalize: Divide each row of the weights by its sum instead of having rows that do not sum to 1
                 refused (for weights rounded, cropped or averaged before sending).
+            top_k: Answer only the ``k`` largest entries of each row and their key indices (``top_keys``,
+                ``top_values``) instead of the whole rows: ``k`` numbers a row instead of ``L``.
             precision: ``"float32"`` or ``"float64"``: the answer's dtype (the products run in float64).
             request_id: Sent as ``X-Request-ID``.
             timeout: Seconds for each attempt of this call; default the client's.
 
         Returns:
-            ``rollout``: ``(B, L, L)``, or ``(B, R, L)`` with ``rows``.
+            ``rollout``: ``(B, L, L)``, or ``(B, R, L)`` with ``rows``; with ``top_k``, ``top_keys`` and
+            ``top_values`` ``(B, R, k)`` (largest first, ties to the lower key index) and ``rollout`` None.
 
         Raises:
             ValidationError: Bad input (before sending: weights not of rank 5 or not square in their last two
@@ -147,8 +151,8 @@ class AnalysisMixin:
                 negative or non-finite weight, a row that does not sum to 1, rows out of range: the message names
                 the layer, batch entry, head and row).
             ServiceError: Any other failure (a stack over the service's limits is a
-                :class:`~attention_client.PayloadTooLargeError`, which says to send ``rows`` when the whole
-                answer is what is too large).
+                :class:`~attention_client.PayloadTooLargeError`, which says to send ``rows`` or ``top_k`` when the
+                whole answer is what is too large).
 
         """
         body = _requests.rollout_body(
@@ -160,5 +164,6 @@ class AnalysisMixin:
             rows=rows,
             renormalize=renormalize,
             precision=precision,
+            top_k=top_k,
         )
         return self._post(_requests.ROLLOUT_PATH, body, RolloutResult.parse, request_id, timeout)

@@ -241,19 +241,34 @@ class AnalyzeResult:
 
 @dataclass(frozen=True, slots=True)
 class RolloutResult:
-    """``POST /v1/attention/rollout``: ``rollout`` ``(B, L, L)``, or ``(B, R, L)`` for the ``rows`` asked for.
+    """``POST /v1/attention/rollout``: ``rollout`` ``(B, L, L)``, or ``(B, R, L)`` for the ``rows`` asked for; with
+    ``top_k``, ``top_keys`` and ``top_values`` ``(B, R, k)`` instead.
 
     Row ``i`` is how much output position ``i`` draws on each input token through every layer
     (``A_hat[last] @ ... @ A_hat[first]``); its dtype is the call's ``precision``.
     """
 
-    rollout: Array
+    rollout: Array | None
+    """The whole rows (None with ``top_k``)."""
     timing_ms: dict[str, float]
     request_id: str | None
     raw: dict[str, Any] = field(repr=False)
+    top_keys: Array | None = None
+    """With ``top_k``: ``(B, R, k)`` int64, the key indices of each row's ``k`` largest entries, largest first."""
+    top_values: Array | None = None
+    """With ``top_k``: ``(B, R, k)``, those entries (``rollout[b, r, top_keys[b, r]]``)."""
 
     @classmethod
     def parse(cls, body: dict[str, Any], request_id: str | None) -> RolloutResult:
+        if "top_keys" in body:
+            return cls(
+                rollout=tensor(body, "rollout"),
+                timing_ms=timing(body),
+                request_id=request_id,
+                raw=body,
+                top_keys=required_tensor(body, "top_keys", request_id),
+                top_values=required_tensor(body, "top_values", request_id),
+            )
         rollout = required_tensor(body, "rollout", request_id)
         return cls(rollout=rollout, timing_ms=timing(body), request_id=request_id, raw=body)
 

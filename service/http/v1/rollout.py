@@ -51,11 +51,13 @@ def run(ctx: Context, d: Decoded, timing: Timing) -> Job[rollout_op.RolloutOutco
         precision=req.precision,
         encoding=req.encoding,
         timing=timing,
+        whole=req.top_k is None,
     )
 
 
 def body(out: rollout_op.RolloutOutcome, encoding: str) -> bytes:
-    encoded = {"rollout": encode_tensor(out.rollout, encoding)}
+    parts = {"rollout": out.rollout, "top_keys": out.top_keys, "top_values": out.top_values}
+    encoded = {name: encode_tensor(arr, encoding) for name, arr in parts.items() if arr is not None}
     out.timing.phase("encode")
     return json_bytes({**encoded, "timing_ms": out.timing.ms(rollout_op.TIMING_ORDER)})
 
@@ -71,7 +73,8 @@ def routes(plane: DataPlane) -> list[APIRoute]:
         """Attention rollout across layers (Abnar and Zuidema 2020): each layer's weights fused over the heads
         (mean, max or min; with `gradients`, the mean of relu(grad * A), Chefer et al. 2021), the lowest
         `discard_ratio` of each fused matrix set to 0, mixed with the identity (`residual`) and renormalised by rows,
-        then multiplied, last layer first. `rows` asks for only those rows of the answer.
+        then multiplied, last layer first. `rows` asks for only those rows of the answer, `top_k` for only each
+        row's k largest entries and their key indices.
         """
         return await answer(plane, request, ROLLOUT)
 

@@ -40,6 +40,11 @@ class RolloutRequest(BaseModel):
         description="Only these rows of the answer ([B, R, L]), computed from the left: e.g. [0] (the first "
         "token's row) or [-1] (the last); negative from the end, none twice.",
     )
+    top_k: Annotated[StrictInt, Field(ge=1)] | None = Field(
+        None,
+        description="Answer only the k largest entries of each row and their key indices (top_keys, top_values: "
+        "[B, R, k], largest first, ties to the lower index) instead of the whole rows.",
+    )
     renormalize: StrictBool = Field(
         False, description="Divide each row of the weights by its sum instead of refusing rows that do not sum to 1."
     )
@@ -52,8 +57,17 @@ class RolloutRequest(BaseModel):
 class RolloutResponse(BaseModel):
     """Body of a successful ``POST /v1/attention/rollout``."""
 
-    rollout: OutTensor = Field(
+    rollout: OutTensor | None = Field(
+        None,
         description="[B, L, L] = A_hat[last] @ ... @ A_hat[first], or [B, R, L] for the rows asked for: row i is how "
-        "much output position i draws on each input token."
+        "much output position i draws on each input token. Absent with top_k.",
+    )
+    top_keys: OutTensor | None = Field(
+        None,
+        description="With top_k: [B, R, k] integers, the key indices of each row's k largest entries, largest first "
+        "(ties to the lower index).",
+    )
+    top_values: OutTensor | None = Field(
+        None, description="With top_k: [B, R, k], those entries of the rollout, in the order of top_keys."
     )
     timing_ms: dict[str, float]

@@ -60,7 +60,9 @@ BASE64_TENSOR_JSON_SCHEMA: dict[str, Any] = {
 BASE64_OUTPUT_TENSOR_JSON_SCHEMA: dict[str, Any] = {
     "type": "object",
     "title": "Base64OutputTensor",
-    "description": "An answer's tensor as the base64 of its little-endian C-order bytes (token ids are int64).",
+    "description": (
+        "An answer's tensor as the base64 of its little-endian C-order bytes (token ids and key indices are int64)."
+    ),
     "required": ["shape", "dtype", "b64"],
     "properties": {
         "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
