@@ -50,6 +50,13 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "docs/benchmarks/engines.md",
     ),
     Benchmark(
+        "kernels",
+        "bench.bench_kernels",
+        "each engine and auto against PyTorch's fused and unfused CPU attention, with peak RSS per case",
+        "docs/benchmarks/kernels.md",
+        "optional: PyTorch (the bench extra)",
+    ),
+    Benchmark(
         "backward",
         "bench.bench_backward",
         "backward against forward time on each engine",
@@ -184,6 +191,7 @@ HELPERS: Mapping[str, str] = {
     "bench.peers_report": "peers' rows and tables",
     "bench.peers_runtime": "peers' MLServer runtime (numpy attention), loaded by MLServer in its own venv only",
     "bench.load_grpc": "load's gRPC driver, a process of its own (python -m bench.load_grpc --target HOST:PORT)",
+    "bench.kernel_case": "kernels' one case, a process of its own (its peak RSS its own), PyTorch's too",
 }
 """Every module of ``bench/`` that is not a benchmark, and what it is (``tests/bench`` checks none is left out)."""
 

@@ -58,6 +58,7 @@ cost of the fractional power (measured with the kernel's operations alone)."""
 
 # ONNX graphs, ns per score (whole request, intra-op threads as configured) and peak bytes per score.
 ONNX_NS_PER_SCORE: dict[str, float] = {
+    "softmax_flash_f32": 4.0,
     "softmax_fused_nomask_f32": 6.0,
     "softmax_fused_f32": 6.0,
     "softmax_fused_weights_f32": 8.0,
@@ -80,6 +81,8 @@ ONNX_NS_PER_SCORE: dict[str, float] = {
     "softmax_backward_f64": 260.0,
 }
 ONNX_BYTES_PER_SCORE: dict[str, float] = {
+    # FlashAttention holds no (L, S) scores: a few tiles a thread (within FIXED_BYTES) beside the results
+    "softmax_flash_f32": 0.0,
     "softmax_fused_nomask_f32": 8.0,
     "softmax_fused_f32": 8.0,
     "softmax_fused_weights_f32": 12.0,

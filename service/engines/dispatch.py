@@ -102,6 +102,23 @@ def _large_reason(scores: int) -> str:
     )
 
 
+# A short query (fewer than this many rows: a decoding step) tries numpy first when ONNX Runtime runs on the CPU:
+# numpy's pass is a few matrix-vector products that read the keys and values once, in place, while ONNX Runtime's
+# Attention kernel (the graph such queries get: FlashAttention splits its work by blocks of query rows, and the
+# flash graph takes at least this many) ran it about 3x slower. Measured in one run (2026-11-27, `python -m bench
+# kernels`, float32, output only): (1, 32, 1, 128) over 8,192 keys, numpy 40 ms, ONNX 122 ms.
+SHORT_QUERY_ROWS = 16
+
+
+@lru_cache(maxsize=64)
+def _short_reason(rows: int) -> str:
+    """Why ``auto`` tries numpy first for a query of ``rows`` rows (once per length)."""
+    return (
+        f"short query ({rows} rows, a decoding step): numpy reads the keys and values once, in place, faster than "
+        "ONNX Runtime's Attention kernel"
+    )
+
+
 VIEW_REASON = (
     "keys and values that are a view of a larger buffer (an attention session's cache): numpy reads them in place, "
     "ONNX Runtime would copy them first"
@@ -194,6 +211,9 @@ class EngineDispatcher:
             return self.order, ""
         if not (forward.inputs.key.flags.c_contiguous and forward.inputs.value.flags.c_contiguous):
             return self._numpy_first, VIEW_REASON
+        rows = q[-2] if len(q) >= 2 else 1
+        if rows < SHORT_QUERY_ROWS:
+            return self._numpy_first, _short_reason(rows)
         normalizer = forward.params.normalizer
         if normalizer in NUMPY_FIRST_NORMALIZERS:
             return self._numpy_first, _sorting_reason(normalizer)

@@ -16,6 +16,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 23
+CONTRIB_DOMAIN = "com.microsoft"
+"""ONNX Runtime's contributed operators (``MultiHeadAttention``), imported at version 1 by a graph that uses one."""
 # onnx >= 1.23 writes IR version 14 by default, which onnxruntime 1.31 refuses to load.
 IR_VERSION = 10
 PRODUCER_NAME = "attention-service"
@@ -131,7 +133,8 @@ class GraphBuilder:
         graph.doc_string = doc
         model = helper.make_model(
             graph,
-            opset_imports=[helper.make_opsetid("", OPSET)],
+            opset_imports=[helper.make_opsetid("", OPSET)]
+            + ([helper.make_opsetid(CONTRIB_DOMAIN, 1)] if any(n.domain == CONTRIB_DOMAIN for n in self.nodes) else []),
             producer_name=PRODUCER_NAME,
             producer_version=PRODUCER_VERSION,
             doc_string=doc,

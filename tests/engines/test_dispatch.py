@@ -176,14 +176,14 @@ def dispatcher() -> EngineDispatcher:
 def test_real_auto_names_the_graph(dispatcher: EngineDispatcher) -> None:
     result, choice = dispatcher.run(a_task(), "auto")
     assert choice.name == "onnx" and choice.provider == "CPUExecutionProvider"
-    assert choice.reason == "auto: onnx graph softmax_fused_nomask_f32 supports this request"
+    assert choice.reason == "auto: onnx graph softmax_flash_f32 supports this request"
     want = NumpyEngine().run(a_task())
     np.testing.assert_allclose(result.output, want.output, atol=1e-5)
 
     _, choice = dispatcher.select(a_task("entmax", alpha=1.7, dtype="float64", need_weights=True), "auto")
     assert choice.reason == "auto: onnx graph entmax_f64 supports this request"
     _, choice = dispatcher.select(a_task(), "onnx")
-    assert choice.reason == "requested: onnx graph softmax_fused_nomask_f32"
+    assert choice.reason == "requested: onnx graph softmax_flash_f32"
 
 
 def test_real_auto_uses_numpy_for_float16(dispatcher: EngineDispatcher) -> None:

@@ -232,6 +232,43 @@ def test_graph_for(engine: OnnxEngine, kwargs: dict, graph: str) -> None:
     assert engine.graph_for(t) == graph
 
 
+@pytest.mark.parametrize(
+    ("heads", "q_len", "dtype", "graph"),
+    [
+        ((4, 4), 16, "float32", "softmax_flash_f32"),  # equal heads, at least FLASH_MIN_Q_LEN rows: the flash graph
+        ((4, 4), 15, "float32", "softmax_fused_nomask_f32"),  # a short query: the Attention operator
+        ((4, 4), 1, "float32", "softmax_fused_nomask_f32"),  # a decoding step
+        ((4, 2), 64, "float32", "softmax_fused_nomask_f32"),  # grouped-query heads
+        ((4, 4), 64, "float64", "softmax_fused_nomask_f64"),  # the kernel is float32 only
+    ],
+)
+def test_the_flash_graph_serves_unmasked_output_only_float32_with_equal_heads(
+    engine: OnnxEngine, heads: tuple[int, int], q_len: int, dtype: str, graph: str
+) -> None:
+    rng = np.random.default_rng(0)
+    Hq, Hkv = heads
+    t = AttentionTask(
+        inputs=AttentionInputs(
+            query=rng.standard_normal((1, Hq, q_len, 8)),
+            key=rng.standard_normal((1, Hkv, 24, 8)),
+            value=rng.standard_normal((1, Hkv, 24, 8)),
+        ),
+        params=AttentionParams(),
+        dtype=np.dtype(dtype),
+        need_weights=False,
+        need_scores=False,
+    )
+    assert engine.graph_for(t) == graph
+    masked = AttentionTask(
+        inputs=AttentionInputs(query=t.inputs.query, key=t.inputs.key, value=t.inputs.value),
+        params=AttentionParams(causal="bottom_right"),
+        dtype=t.dtype,
+        need_weights=False,
+        need_scores=False,
+    )
+    assert engine.graph_for(masked) == f"softmax_fused_{dtype[0]}{dtype[-2:]}"  # masks: never the flash graph
+
+
 def test_unsupported_reasons(engine: OnnxEngine) -> None:
     t = task()
     t.dtype = np.dtype(np.float16)

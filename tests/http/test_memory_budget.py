@@ -20,6 +20,7 @@ from service.engines.cost import Cost
 from service.engines.numpy_engine import NumpyEngine
 from service.settings import Settings
 from tests.http.conftest import assert_problem
+from tests.http.test_attention_http import b64, decode
 
 
 def _column(n: int) -> dict[str, Any]:
@@ -159,3 +160,23 @@ def test_concurrent_requests_within_limits_never_exceed_the_budget() -> None:
     assert len(engine.seen) == 4
     assert max(engine.seen) <= capacity
     assert all(seen >= 40 << 20 for seen in engine.seen)  # each ran holding its own reservation
+
+
+def test_an_output_only_request_is_priced_without_its_scores() -> None:
+    """Issue 32: an output-only softmax request holds no ``(L, S)`` scores on either engine (numpy's row chunks, the
+    flash graph), so a memory budget far below its scores serves it; asking for the weights, which are ``(L, S)``,
+    is refused by the same budget, naming ATTN_MEMORY_BUDGET_BYTES.
+    """
+    rng = np.random.default_rng(3)
+    B, H, L, E = 1, 4, 2048, 16  # 16.8M scores: 64 MiB of float32 weights; inputs and output 1.5 MiB
+    tensors = {n: rng.standard_normal((B, H, L, E)).astype(np.float32) for n in ("query", "key", "value")}
+    body = {n: b64(a, "float32") for n, a in tensors.items()}
+    settings = Settings(memory_budget_bytes=48 << 20, max_work_flops=1e12, max_response_bytes=256 << 20)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        for engine in ("numpy", "onnx", "auto"):
+            r = c.post("/v1/attention", json={**body, "return": ["output"], "engine": engine, "encoding": "base64"})
+            assert r.status_code == 200, (engine, r.text)
+            assert decode(r.json()["output"]).shape == (B, H, L, E)
+        both = {**body, "return": ["output", "weights"], "engine": "numpy", "encoding": "base64"}
+        r = c.post("/v1/attention", json=both)
+        assert_problem(r, 413, detail="ATTN_MEMORY_BUDGET_BYTES")

@@ -255,7 +255,7 @@ class OnnxEngine:
         if isinstance(key, str):
             return key
         if self.graph_for(task) is None:
-            normalizer, dtype, outputs, _ = key
+            normalizer, dtype, outputs = key[0], key[1], key[2]
             return f"no ONNX graph serves normalizer {normalizer} in {dtype} with outputs {', '.join(sorted(outputs))}"
         return None
 
@@ -307,7 +307,7 @@ class OnnxEngine:
         if isinstance(key, str):
             return key
         if self.backward_graph_for(task) is None:
-            normalizer, dtype, _, _ = key
+            normalizer, dtype = key[0], key[1]
             return f"no ONNX backward graph serves normalizer {normalizer} in {dtype}"
         params, compute = task.task.params, task.task.dtype
         factor = score_factor(resolved_scale(params, task.task.inputs.query.shape[-1]), params.temperature, compute)

@@ -11,13 +11,14 @@ from service.core.types import AttentionTask
 
 SUPPORTED_DTYPES = ("float32", "float64")
 
-RequestKey = tuple[str, str, set[str], bool]
-"""(normalizer of the graph, dtype name, outputs needed, whether anything masks)."""
+RequestKey = tuple[str, str, set[str], bool, bool, int]
+"""(normalizer of the graph, dtype name, outputs needed, whether anything masks, whether query heads share key heads,
+query length)."""
 
 
 def request_key(task: AttentionTask) -> RequestKey | str:
-    """(normalizer of the graph, dtype name, outputs needed, whether anything masks),
-    or the reason no graph can serve the task.
+    """(normalizer of the graph, dtype name, outputs needed, whether anything masks, whether query heads share key
+    heads, query length), or the reason no graph can serve the task.
     """
     dtype = np.dtype(task.dtype).name
     if dtype not in SUPPORTED_DTYPES:
@@ -36,12 +37,15 @@ def request_key(task: AttentionTask) -> RequestKey | str:
         outputs.add("scores")
     inputs = task.inputs
     masked = inputs.mask is not None or task.params.causal is not None or inputs.key_lengths is not None
-    return normalizer, dtype, outputs, masked
+    q_shape, k_shape = inputs.query.shape, inputs.key.shape
+    grouped = len(q_shape) == 4 and len(k_shape) == 4 and q_shape[1] != k_shape[1]
+    q_len = q_shape[-2] if len(q_shape) >= 2 else 1
+    return normalizer, dtype, outputs, masked, grouped, q_len
 
 
 def forward_graph(graphs: list[dict[str, Any]], key: RequestKey) -> str | None:
     """The first forward graph of ``graphs`` (manifest entries, in order of preference) that serves ``key``."""
-    normalizer, dtype, outputs, masked = key
+    normalizer, dtype, outputs, masked, grouped, q_len = key
     for g in graphs:
         s = g["supports"]
         if (
@@ -50,6 +54,8 @@ def forward_graph(graphs: list[dict[str, Any]], key: RequestKey) -> str | None:
             and s["dtype"] == dtype
             and outputs <= set(s["outputs"])
             and (s["masking"] or not masked)
+            and (s.get("gqa", True) or not grouped)
+            and q_len >= s.get("min_q_len", 1)
         ):
             name: str = g["name"]
             return name
@@ -58,7 +64,7 @@ def forward_graph(graphs: list[dict[str, Any]], key: RequestKey) -> str | None:
 
 def backward_graph(graphs: list[dict[str, Any]], key: RequestKey) -> str | None:
     """The backward graph of ``graphs`` for the normalizer and dtype of ``key``."""
-    normalizer, dtype, _, _ = key
+    normalizer, dtype = key[0], key[1]
     for g in graphs:
         s = g["supports"]
         if s.get("pass") == "backward" and s["normalizer"] == normalizer and s["dtype"] == dtype:

@@ -64,11 +64,16 @@ def open_sessions(
 
 
 def warmup_feeds(entry: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Small inputs for one warm-up run: GQA (4 query heads on 2 kv heads), a causal mask."""
-    dtype = np.dtype(entry["supports"]["dtype"])
+    """Small inputs for one warm-up run: GQA (4 query heads on 2 kv heads) where the graph takes it, a causal mask,
+    as many query rows as the graph is chosen for.
+    """
+    supports = entry["supports"]
+    dtype = np.dtype(supports["dtype"])
     types = {i["name"]: np.dtype(i["dtype"]) for i in entry["inputs"]}
     rng = np.random.default_rng(0)
-    B, Hq, Hkv, L, S, E, Ev = 1, 4, 2, 3, 5, 8, 8
+    B, Hq, S, E, Ev = 1, 4, 5, 8, 8
+    Hkv = 2 if supports.get("gqa", True) else Hq
+    L = max(3, int(supports.get("min_q_len", 1)))
     feeds = {
         "query": rng.standard_normal((B, Hq, L, E)).astype(dtype),
         "key": rng.standard_normal((B, Hkv, S, E)).astype(dtype),

@@ -1,10 +1,14 @@
-"""The fused softmax graphs: one ONNX ``Attention`` node (opset 23), which ONNX Runtime runs as one kernel."""
+"""The fused softmax graphs: one ONNX ``Attention`` node (opset 23), which ONNX Runtime runs as one kernel; and the
+flash graph, one ``com.microsoft.MultiHeadAttention`` node, which ONNX Runtime runs tiled on the CPU.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from service.export.builder import GraphBuilder
+import numpy as np
+
+from service.export.builder import CONTRIB_DOMAIN, GraphBuilder
 from service.export.graphs.common import declare_inputs, scaled_query, scaled_query_and_mask_bias
 from service.export.graphs.spec import OUT_SHAPE, ROW_SHAPE
 
@@ -38,3 +42,38 @@ def build_fused(g: GraphBuilder, *, weights: bool, masked: bool = True) -> None:
     g.output("output", OUT_SHAPE, "A V; fully masked rows zero per the operator's spec")
     if weights:
         g.output("weights", ROW_SHAPE, "attention weights (softmax), 0 where masked")
+
+
+def build_flash(g: GraphBuilder) -> None:
+    """Softmax attention, output only, no masks, on ONNX Runtime's ``MultiHeadAttention`` contributed operator.
+
+    On the CPU, in float32 and without masks, bias or past keys, ONNX Runtime runs it as FlashAttention (Dao et al.
+    2022; onnxruntime PR #20805, MLAS ``MlasFlashAttention``): blocks of keys with an online softmax (a running
+    maximum and sum per row), so the ``(L, S)`` scores are never held; its working memory is a few tiles per thread.
+    The operator's ``num_heads`` is an attribute, fixed at export, while requests bring any number of heads: the
+    heads are folded into the batch, ``(B, H, L, E) -> (B * H, L, E)`` (a reshape, no copy), and the node runs with
+    one head. The query is scaled by ``scale / T`` first (``scale=1`` on the node), as the other graphs do. Query and
+    key heads must be equal (the engine sends grouped-query requests to another graph).
+    """
+    ins = declare_inputs(g, masked=False)
+    q = scaled_query(g, ins)
+    minus_one = g.const([-1], np.int64)
+
+    def folded(x: str, name: str) -> str:
+        rows_and_features = g.op("Shape", x, start=2)
+        shape = g.op("Concat", minus_one, rows_and_features, axis=0, out=f"{name}_folded_shape")
+        return g.op("Reshape", x, shape, out=f"{name}_folded")
+
+    out = g.op(
+        "MultiHeadAttention",
+        folded(q, "query"),
+        folded(ins.key, "key"),
+        folded(ins.value, "value"),
+        out="output_folded",
+        domain=CONTRIB_DOMAIN,
+        num_heads=1,
+        scale=1.0,
+    )
+    lead = g.op("Shape", ins.query, start=0, end=3)
+    g.op("Reshape", out, g.op("Concat", lead, minus_one, axis=0, out="output_shape"), out="output")
+    g.output("output", OUT_SHAPE, "A V (no masks: no row is fully masked)")

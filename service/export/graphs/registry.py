@@ -8,13 +8,33 @@ from functools import partial
 
 from service.export.builder import OPSET
 from service.export.graphs.backward import BACKWARD_OUTPUTS, build_softmax_backward
-from service.export.graphs.fused import build_fused
+from service.export.graphs.fused import build_flash, build_fused
 from service.export.graphs.primitive import build_primitive, build_relu
 from service.export.graphs.spec import BISECT_ITERATIONS, DTYPES, GraphSpec
 
+FLASH_MIN_Q_LEN = 16
+"""Queries shorter than this go to the Attention operator's graph: the flash kernel parallelises over blocks of query
+rows, and a decoding step's one row per head leaves it one slow block a head (measured in
+docs/benchmarks/engines.md)."""
+
 
 def _specs() -> list[GraphSpec]:
-    specs: list[GraphSpec] = []
+    specs: list[GraphSpec] = [
+        GraphSpec(
+            name="softmax_flash_f32",
+            dtype="float32",
+            normalizer="softmax",
+            fused=True,
+            outputs=("output",),
+            build=build_flash,
+            masked=False,
+            gqa=False,
+            min_q_len=FLASH_MIN_Q_LEN,
+            description="Softmax attention on ONNX Runtime's MultiHeadAttention operator (com.microsoft), float32, "
+            "output only, no mask inputs, query heads equal to key heads: FlashAttention on the CPU, the scores "
+            "never held.",
+        )
+    ]
     for dtype in DTYPES:
         specs.append(
             GraphSpec(

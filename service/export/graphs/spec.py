@@ -39,6 +39,8 @@ class GraphSpec:
     description: str = ""
     masked: bool = True  # False: no keep_mask/bias inputs (the Attention kernel then skips the mask)
     backward: bool = False  # True: the backward pass (inputs grad_output, grad_weights; outputs the gradients)
+    gqa: bool = True  # False: query heads must equal key heads
+    min_q_len: int = 1  # the shortest query the graph is chosen for (shorter ones go to the next graph)
 
     @property
     def file(self) -> str:
@@ -67,7 +69,8 @@ class GraphSpec:
             "causal": list(CAUSAL_ALIGNMENTS) if self.masked else [],
             "masks": ["bool", "float", "none"] if self.masked else ["none"],
             "key_lengths": self.masked,
-            "gqa": True,
+            "gqa": self.gqa,
+            "min_q_len": self.min_q_len,
             "scale_input": True,
             "temperature_input": True,
             "fully_masked_rows": (
