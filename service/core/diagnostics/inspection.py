@@ -9,13 +9,15 @@ each shared by ``Hq / Hkv`` query heads), per (batch ``b``, query head ``h``):
   padding. 0 for a head without a live row.
 - **spectral norm** (Zhai et al. 2023, "Stabilizing Transformer Training by Preventing Attention Entropy
   Collapse"): the largest singular value of the logits ``M = Q_h K_h^T * scale / T`` before any mask, over the
-  keys that ``key_lengths`` keeps. Computed exactly, without forming ``M``: ``||M||_2^2`` is the largest
-  eigenvalue of ``M^T M = K (Q^T Q) K^T``, whose non-zero eigenvalues are those of ``G_q G_k`` (the ``E x E`` Gram
-  matrices ``G_q = Q^T Q``, ``G_k = K^T K``), hence of the symmetric ``R^T G_k R`` with ``G_q = R R^T`` (Cholesky):
-  one symmetric ``E x E`` eigenvalue problem a head, after ``O((L + S) E^2)`` for the Gram matrices, in the
-  request's precision (float32 requests: about 1e-6 relative; float64: to 1e-12 of numpy's SVD of ``M``). Where
-  ``G_q`` is singular (fewer queries than ``E``, repeated queries) the head falls back to the thin QR
-  factorizations ``Q = U R_q``, ``K = W R_k``: ``M`` has the singular values of the small ``R_q R_k^T``.
+  keys that ``key_lengths`` keeps (service.core.diagnostics.spectral). Without forming ``M``: ``||M||_2^2`` is the
+  largest eigenvalue of ``M^T M = K (Q^T Q) K^T``, whose non-zero eigenvalues are those of ``C = G_q G_k`` (the
+  ``E x E`` Gram matrices). Computed by power iteration on ``C`` with its Rayleigh quotient (Golub & Van Loan,
+  section 8.2), the steps accelerated by repeated squaring, from a fixed seeded start, to a stated tolerance: it
+  stops when the residual of the Rayleigh pair is at most ``tol`` times the Rayleigh quotient (``tol`` = 1e-6 for
+  float32 requests, 1e-10 for float64), which puts the norm within ``tol / 2`` (relative) of a singular value of
+  ``M``, the largest; heads that miss it fall back to the exact route (Cholesky and ``eigvalsh``, or QR and SVD
+  where ``G_q`` is singular). Heads with ``min(L, S, E) <= 32`` are exact: through ``M`` itself where ``L`` or ``S``
+  is that small, the exact route where ``E`` is.
 - **head pattern scores** (TransformerLens ``head_detector.py``, its ``"mul"`` error measure), when the token ids
   are given (``L == S``): ``sum(A' * P) / sum(A')`` with ``P`` the 0/1 detection pattern (previous token:
   ``j == i - 1``; duplicate token: ``j < i`` and ``t_j == t_i``; induction: ``1 <= j <= i`` and
@@ -39,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from service.core.diagnostics.spectral import spectral_norms
+
 DEFAULT_SINK_POSITIONS = 4
 """StreamingLLM's four attention sinks."""
 PATTERNS = ("previous_token_score", "duplicate_token_score", "induction_score")
@@ -60,43 +64,6 @@ def sink_mass(weights: np.ndarray, valid_keys: np.ndarray, positions: int) -> np
     total = np.where(live, rows, 0.0).sum(axis=-1)
     mean: np.ndarray = np.divide(total, count, out=np.zeros(total.shape), where=count > 0)
     return mean
-
-
-def spectral_norms(
-    query: np.ndarray, key: np.ndarray, factor: float, key_lengths: np.ndarray | None = None
-) -> np.ndarray:
-    """``(B, Hq)``: the largest singular value of ``query_h key_h^T * factor`` (``factor`` = scale / T) per head,
-    over the first ``key_lengths[b]`` keys (all when None): exact, through the QR factorizations (module docstring).
-    ``query`` ``(B, Hq, L, E)``, ``key`` ``(B, Hkv, S, E)``.
-    """
-    B, Hq = query.shape[:2]
-    Hkv, S = key.shape[1], key.shape[2]
-    group = Hq // Hkv
-    out = np.zeros((B, Hq))
-    for b in range(B):
-        n = S if key_lengths is None else int(key_lengths[b])
-        if n == 0:
-            continue
-        q, k = query[b], key[b, :, :n]  # (Hq, L, E) and (Hkv, n, E), in the request's precision
-        gram_q = np.swapaxes(q, -1, -2) @ q
-        gram_k = (np.swapaxes(k, -1, -2) @ k)[:, None]  # (Hkv, 1, E, E): shared by the group's query heads
-        try:
-            root = np.linalg.cholesky(gram_q).reshape(Hkv, group, *gram_q.shape[1:])
-        except np.linalg.LinAlgError:  # a singular G_q in some head: the QR route for every head of this entry
-            out[b] = _qr_norms(q.astype(np.float64), k.astype(np.float64), group)
-            continue
-        symmetric = np.swapaxes(root, -1, -2) @ gram_k @ root
-        out[b] = np.sqrt(np.clip(np.linalg.eigvalsh(symmetric)[..., -1].reshape(Hq), 0.0, None))
-    return out * abs(factor)
-
-
-def _qr_norms(q: np.ndarray, k: np.ndarray, group: int) -> np.ndarray:
-    """The largest singular value of ``q_h k_h^T`` per head through the thin QR factorizations (module docstring)."""
-    r_keys = np.linalg.qr(k, mode="r")
-    r_query = np.linalg.qr(q, mode="r")
-    small = r_query @ np.swapaxes(np.repeat(r_keys, group, axis=0), -1, -2)
-    norms: np.ndarray = np.linalg.svd(small, compute_uv=False)[:, 0]
-    return norms
 
 
 def detection_patterns(tokens: np.ndarray) -> dict[str, np.ndarray]:
