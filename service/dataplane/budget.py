@@ -134,7 +134,8 @@ def attention_estimate(
         flops += cost.scores(dims) * ns_as_flops(GRADIENT_HEALTH_NS_PER_SCORE)
     if "inspection" in returned or "norm_weights" in returned:
         # norm weights and their summary, the sink mass and three patterns: a few passes over the weights; the
-        # spectral norms: the QR factorizations of every head's queries and keys, ~2 (L + S) E^2 each
+        # spectral norms: the Gram matrices of every head's queries and keys, ~2 (L + S) E^2 each (the power
+        # iteration's squarings of E x E matrices are small beside them for L, S >= E)
         flops += cost.scores(dims) * ns_as_flops(INSPECTION_NS_PER_SCORE)
         flops += 2.0 * dims.B * (dims.Hq * dims.L + dims.Hkv * dims.S) * dims.E * dims.E
     return flops, attention_response_bytes(dims, returned, precision, encoding)

@@ -105,8 +105,8 @@ def _large_reason(scores: int) -> str:
 # A short query (fewer than this many rows: a decoding step) tries numpy first when ONNX Runtime runs on the CPU:
 # numpy's pass is a few matrix-vector products that read the keys and values once, in place, while ONNX Runtime's
 # Attention kernel (the graph such queries get: FlashAttention splits its work by blocks of query rows, and the
-# flash graph takes at least this many) ran it about 3x slower. Measured in one run (2026-11-27, `python -m bench
-# kernels`, float32, output only): (1, 32, 1, 128) over 8,192 keys, numpy 40 ms, ONNX 122 ms.
+# flash graph takes at least this many) varied fivefold. Measured in three runs (2026-11-27, `python -m bench
+# kernels`, float32, output only): (1, 32, 1, 128) over 8,192 keys, numpy 40, 39 and 38 ms; ONNX 122, 118 and 24 ms.
 SHORT_QUERY_ROWS = 16
 
 
@@ -114,8 +114,8 @@ SHORT_QUERY_ROWS = 16
 def _short_reason(rows: int) -> str:
     """Why ``auto`` tries numpy first for a query of ``rows`` rows (once per length)."""
     return (
-        f"short query ({rows} rows, a decoding step): numpy reads the keys and values once, in place, faster than "
-        "ONNX Runtime's Attention kernel"
+        f"short query ({rows} rows, a decoding step): numpy reads the keys and values once, in place, steadier "
+        "than ONNX Runtime's Attention kernel"
     )
 
 

@@ -283,3 +283,28 @@ def test_keys_and_values_that_are_a_view_try_numpy_first_on_a_cpu_onnx() -> None
     engine, choice = dispatcher.select(view, "auto")
     assert engine is numpy and "a view of a larger buffer" in choice.reason
     assert dispatcher.select(task, "auto")[0].name == "onnx"  # the same task with contiguous keys: ONNX first
+
+
+@pytest.mark.parametrize(("rows", "first"), [(1, "numpy"), (15, "numpy"), (16, "onnx")])
+def test_short_queries_try_numpy_first_on_a_cpu_onnx(rows: int, first: str) -> None:
+    """A decoding step (fewer than SHORT_QUERY_ROWS query rows) over many keys: numpy reads the keys and values once,
+    in place; from 16 rows on ONNX keeps its place (the flash graph serves them).
+    """
+    rng = np.random.default_rng(1)
+    task = AttentionTask(
+        inputs=AttentionInputs(
+            rng.standard_normal((1, 4, rows, 8)),
+            rng.standard_normal((1, 4, 2048, 8)),
+            rng.standard_normal((1, 4, 2048, 8)),
+        ),
+        params=AttentionParams(),
+        dtype=np.dtype(np.float32),
+    )
+    dispatcher = EngineDispatcher({"numpy": FakeEngine("numpy"), "onnx": CpuOnnx()})
+    engine, choice = dispatcher.select(task, "auto")
+    assert engine.name == first
+    if first == "numpy":
+        assert (
+            choice.reason == f"auto: short query ({rows} rows, a decoding step): numpy reads the keys and values "
+            "once, in place, steadier than ONNX Runtime's Attention kernel"
+        )

@@ -41,6 +41,8 @@ Layout:
 - ``report``: :func:`attention_diagnostics`, the per-row arrays, per-head summaries and health.
 - ``probabilities``: :func:`probability_diagnostics` for /v1/softmax.
 - ``inspection``: the per-head inspection (sink mass, spectral norm, head pattern scores, norm-based weights).
+- ``spectral``: the per-head spectral norm of the logits, by power iteration to a stated tolerance (exact for
+  small heads).
 """
 
 from __future__ import annotations
