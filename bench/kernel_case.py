@@ -3,8 +3,9 @@
 ``python -m bench.kernel_case ENGINE B HQ HKV L S E WEIGHTS REPEATS``: ENGINE ``numpy``, ``onnx``, ``auto`` (the
 engine the service's dispatcher picks) or ``torch`` (PyTorch's ``scaled_dot_product_attention`` for output only, the
 unfused ``softmax(Q K^T * scale) V`` with weights, on as many threads as this process may use). Prints one JSON
-line: the median milliseconds, the growth of peak RSS over the process once its inputs and engine are ready (after
-one warm-up call: what a running server holds between requests is not counted) and the engine and graph that ran.
+line: the median milliseconds (after one warm-up call), the growth of peak RSS over the process once its inputs and
+engine are ready (the warm-up call included: the first call is the one that allocates) and the engine and graph that
+ran.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 
 
 def peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # ru_maxrss: KiB on Linux
 
 
 def median_ms(fn: Any, repeats: int) -> float:
@@ -53,8 +54,8 @@ def torch_case(B: int, Hq: int, Hkv: int, L: int, S: int, E: int, weights: bool,
                 return w @ vv, w
             return F.scaled_dot_product_attention(q, k, v, enable_gqa=Hq != Hkv)
 
-    run()
     before = peak_mb()
+    run()  # the warm-up call, inside the measured peak: the first call is the one that allocates
     ms = median_ms(run, repeats)
     return {"ms": ms, "rss_mb": peak_mb() - before, "engine": f"torch {torch.__version__}", "graph": ""}
 
@@ -85,9 +86,8 @@ def service_case(
     dispatcher = EngineDispatcher(engines)
     numpy_engine.start()
     onnx.start()
-    dispatcher.run(task, engine)  # the warm-up call
-    _, choice = dispatcher.run(task, engine)
     before = peak_mb()
+    _, choice = dispatcher.run(task, engine)  # the warm-up call, inside the measured peak
     ms = median_ms(lambda: dispatcher.run(task, engine), repeats)
     graph = onnx.graph_for(task) if choice.name == "onnx" else ""
     numpy_engine.close()
