@@ -105,8 +105,9 @@ def _large_reason(scores: int) -> str:
 # A short query (fewer than this many rows: a decoding step) tries numpy first when ONNX Runtime runs on the CPU:
 # numpy's pass is a few matrix-vector products that read the keys and values once, in place, while ONNX Runtime's
 # Attention kernel (the graph such queries get: FlashAttention splits its work by blocks of query rows, and the
-# flash graph takes at least this many) varied fivefold. Measured in three runs (2026-11-27, `python -m bench
-# kernels`, float32, output only): (1, 32, 1, 128) over 8,192 keys, numpy 40, 39 and 38 ms; ONNX 122, 118 and 24 ms.
+# flash graph takes at least this many) varied fivefold. Measured in four runs (2026-11-27, `python -m bench
+# kernels`, float32, output only): (1, 32, 1, 128) over 8,192 keys, numpy 40, 39, 38 and 33 ms; ONNX 122, 118, 24 and
+# 65 ms.
 SHORT_QUERY_ROWS = 16
 
 
