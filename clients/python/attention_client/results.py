@@ -260,17 +260,15 @@ class RolloutResult:
 
     @classmethod
     def parse(cls, body: dict[str, Any], request_id: str | None) -> RolloutResult:
-        if "top_keys" in body:
-            return cls(
-                rollout=tensor(body, "rollout"),
-                timing_ms=timing(body),
-                request_id=request_id,
-                raw=body,
-                top_keys=required_tensor(body, "top_keys", request_id),
-                top_values=required_tensor(body, "top_values", request_id),
-            )
-        rollout = required_tensor(body, "rollout", request_id)
-        return cls(rollout=rollout, timing_ms=timing(body), request_id=request_id, raw=body)
+        top = "top_keys" in body  # a top_k answer: its two tensors required, the whole rows absent
+        return cls(
+            rollout=tensor(body, "rollout") if top else required_tensor(body, "rollout", request_id),
+            timing_ms=timing(body),
+            request_id=request_id,
+            raw=body,
+            top_keys=required_tensor(body, "top_keys", request_id) if top else None,
+            top_values=required_tensor(body, "top_values", request_id) if top else None,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -255,8 +255,10 @@ class OnnxEngine:
         if isinstance(key, str):
             return key
         if self.graph_for(task) is None:
-            normalizer, dtype, outputs = key[0], key[1], key[2]
-            return f"no ONNX graph serves normalizer {normalizer} in {dtype} with outputs {', '.join(sorted(outputs))}"
+            return (
+                f"no ONNX graph serves normalizer {key.normalizer} in {key.dtype} with outputs "
+                f"{', '.join(sorted(key.outputs))}"
+            )
         return None
 
     def _feeds(
@@ -307,8 +309,7 @@ class OnnxEngine:
         if isinstance(key, str):
             return key
         if self.backward_graph_for(task) is None:
-            normalizer, dtype = key[0], key[1]
-            return f"no ONNX backward graph serves normalizer {normalizer} in {dtype}"
+            return f"no ONNX backward graph serves normalizer {key.normalizer} in {key.dtype}"
         params, compute = task.task.params, task.task.dtype
         factor = score_factor(resolved_scale(params, task.task.inputs.query.shape[-1]), params.temperature, compute)
         if widened_factor(factor, compute):

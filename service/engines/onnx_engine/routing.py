@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -11,15 +11,24 @@ from service.core.types import AttentionTask
 
 SUPPORTED_DTYPES = ("float32", "float64")
 
-RequestKey = tuple[str, str, set[str], bool, bool, int]
-"""(normalizer of the graph, dtype name, outputs needed, whether anything masks, whether query heads share key heads,
-query length)."""
+
+class RequestKey(NamedTuple):
+    """What picks a graph for a request."""
+
+    normalizer: str
+    """The graph's normalizer (entmax at alpha 1.5 and 2 is entmax15 and sparsemax)."""
+    dtype: str
+    outputs: set[str]
+    """The outputs needed."""
+    masked: bool
+    """Whether anything masks (a mask, causal, key lengths)."""
+    grouped: bool
+    """Whether query heads share key heads (GQA)."""
+    q_len: int
 
 
 def request_key(task: AttentionTask) -> RequestKey | str:
-    """(normalizer of the graph, dtype name, outputs needed, whether anything masks, whether query heads share key
-    heads, query length), or the reason no graph can serve the task.
-    """
+    """The :class:`RequestKey` of ``task``, or the reason no graph can serve it."""
     dtype = np.dtype(task.dtype).name
     if dtype not in SUPPORTED_DTYPES:
         return f"precision {dtype} has no ONNX graph (float32 and float64 only)"
@@ -40,7 +49,7 @@ def request_key(task: AttentionTask) -> RequestKey | str:
     q_shape, k_shape = inputs.query.shape, inputs.key.shape
     grouped = len(q_shape) == 4 and len(k_shape) == 4 and q_shape[1] != k_shape[1]
     q_len = q_shape[-2] if len(q_shape) >= 2 else 1
-    return normalizer, dtype, outputs, masked, grouped, q_len
+    return RequestKey(normalizer, dtype, outputs, masked, grouped, q_len)
 
 
 def forward_graph(graphs: list[dict[str, Any]], key: RequestKey) -> str | None:
@@ -64,7 +73,7 @@ def forward_graph(graphs: list[dict[str, Any]], key: RequestKey) -> str | None:
 
 def backward_graph(graphs: list[dict[str, Any]], key: RequestKey) -> str | None:
     """The backward graph of ``graphs`` for the normalizer and dtype of ``key``."""
-    normalizer, dtype = key[0], key[1]
+    normalizer, dtype = key.normalizer, key.dtype
     for g in graphs:
         s = g["supports"]
         if s.get("pass") == "backward" and s["normalizer"] == normalizer and s["dtype"] == dtype:
