@@ -38,7 +38,8 @@ check: $(VENV)/.installed-test
 	$(BIN)/mypy
 	$(BIN)/python clients/python/scripts/unasync.py --check
 
-# Rewrite the sync client modules (clients/python/attention_client/client.py, session.py) from the async ones after editing them.
+# Rewrite the sync client modules (clients/python/attention_client/client.py, attention.py, logits.py, analysis.py,
+# session.py) from the async ones after editing them.
 unasync:
 	$(PYTHON) clients/python/scripts/unasync.py
 

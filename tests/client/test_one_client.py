@@ -29,6 +29,8 @@ def test_regenerating_the_sync_modules_gives_the_committed_files() -> None:
     unasync = _script()
     assert [(p.source.name, p.target.name) for p in unasync.PAIRS] == [
         ("async_client.py", "client.py"),
+        ("async_attention.py", "attention.py"),
+        ("async_logits.py", "logits.py"),
         ("async_analysis.py", "analysis.py"),
         ("async_session.py", "session.py"),
     ]
@@ -40,7 +42,7 @@ def test_regenerating_the_sync_modules_gives_the_committed_files() -> None:
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("index", [0, 1, 2])
+@pytest.mark.parametrize("index", [0, 1, 2, 3, 4])
 def test_the_check_fails_on_a_hand_edit(tmp_path: Path, index: int) -> None:
     unasync = _script()
     pairs = [unasync.Pair(p.source, tmp_path / p.target.name, p.title) for p in unasync.PAIRS]
@@ -88,15 +90,28 @@ def test_both_forms_have_the_same_methods_and_parameters(sync_class: type, async
     assert not inspect.iscoroutinefunction(getattr(async_class, "session", _public))
 
 
-def test_the_analysis_mixin_s_methods_are_the_clients() -> None:
-    """``analyze`` and ``rollout`` live in analysis.py (async_analysis.py): the clients have them, and the checks above
-    see them (``_public`` walks the mixins).
+MIXED_IN = {
+    "AttentionMixin": {"attention", "attention_backward"},
+    "LogitsMixin": {"softmax", "sample", "calibrate"},
+    "AnalysisMixin": {"analyze", "rollout"},
+}
+
+
+def test_the_mixins_methods_are_the_clients() -> None:
+    """The operations live in the mixins (attention.py, logits.py, analysis.py, each generated from its async_ file):
+    the clients have them, each method in exactly one mixin, and the checks above see them (``_public`` walks the
+    mixins). The client's own module keeps the transport, ``session`` and the probes.
     """
-    for cls in (AttentionClient, AsyncAttentionClient):
-        assert {"analyze", "rollout", "attention"} <= _public(cls).keys()
-        assert "rollout" not in vars(cls) and cls.__mro__[1].__name__.endswith("AnalysisMixin")
+    for cls, prefix in ((AttentionClient, ""), (AsyncAttentionClient, "Async")):
+        bases = {base.__name__: base for base in cls.__mro__[1:-1]}
+        assert list(bases) == [prefix + name for name in MIXED_IN]
+        for name, methods in MIXED_IN.items():
+            assert methods == {m for m in vars(bases[prefix + name]) if not m.startswith("_")}, name
+            assert methods <= _public(cls).keys() and not methods & vars(cls).keys(), name
+        assert {"session", "ready", "health", "engines", "models"} <= vars(cls).keys()
     assert inspect.iscoroutinefunction(AsyncAttentionClient.rollout)
-    assert not inspect.iscoroutinefunction(AttentionClient.rollout)
+    assert inspect.iscoroutinefunction(AsyncAttentionClient.sample)
+    assert not inspect.iscoroutinefunction(AttentionClient.attention_backward)
 
 
 def test_every_public_method_documents_each_parameter() -> None:

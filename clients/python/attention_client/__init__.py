@@ -24,8 +24,8 @@ step sends only its new positions)::
         r.output, r.cache_length, r.positions_seen, r.diagnostics["sink_mass"]
 
 ``AsyncAttentionClient`` (and its ``AsyncAttentionSession``) is the same for ``asyncio``
-(``client.py``, ``analysis.py`` and ``session.py`` are generated from ``async_client.py``, ``async_analysis.py``
-and ``async_session.py``).
+(``client.py``, ``attention.py``, ``logits.py``, ``analysis.py`` and ``session.py`` are generated from
+``async_client.py``, ``async_attention.py``, ``async_logits.py``, ``async_analysis.py`` and ``async_session.py``).
 ``help(AttentionClient.attention)`` documents every parameter.
 """
 

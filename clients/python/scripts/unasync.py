@@ -2,14 +2,16 @@
 
 Each pair in ``PAIRS`` is an asynchronous module, the only place its code is written, and the
 synchronous module this script writes from it, committed beside it:
-``attention_client/async_client.py`` -> ``client.py`` (the client),
-``attention_client/async_analysis.py`` -> ``analysis.py`` (the client's ``analyze`` and ``rollout``, a mixin) and
-``attention_client/async_session.py`` -> ``session.py`` (attention sessions). The rewrite is
+``attention_client/async_client.py`` -> ``client.py`` (the client: transport, sessions, probes),
+``async_attention.py`` -> ``attention.py`` (the client's ``attention`` and ``attention_backward``, a mixin),
+``async_logits.py`` -> ``logits.py`` (``softmax``, ``sample`` and ``calibrate``, a mixin),
+``async_analysis.py`` -> ``analysis.py`` (``analyze`` and ``rollout``, a mixin) and
+``async_session.py`` -> ``session.py`` (attention sessions). The rewrite is
 textual, token by token (``async def`` -> ``def``, ``await`` goes, ``httpx.AsyncClient`` ->
 ``httpx.Client``, ...), the same rules for every pair, so each pair's files line up and a diff
 of them shows only those tokens.
 
-    python clients/python/scripts/unasync.py          # rewrite client.py, analysis.py and session.py
+    python clients/python/scripts/unasync.py          # rewrite the synchronous modules
     python clients/python/scripts/unasync.py --check  # exit 1 if one is not what it would write
 
 Needs nothing beyond the standard library (it runs before anything is installed).
@@ -48,6 +50,16 @@ class Pair(NamedTuple):
 PAIRS: list[Pair] = [
     Pair(PACKAGE / "async_client.py", PACKAGE / "client.py", "The synchronous client."),
     Pair(
+        PACKAGE / "async_attention.py",
+        PACKAGE / "attention.py",
+        "The synchronous client's attention operations (a mixin of AttentionClient).",
+    ),
+    Pair(
+        PACKAGE / "async_logits.py",
+        PACKAGE / "logits.py",
+        "The synchronous client's logits operations (a mixin of AttentionClient).",
+    ),
+    Pair(
         PACKAGE / "async_analysis.py",
         PACKAGE / "analysis.py",
         "The synchronous client's analysis operations (a mixin of AttentionClient).",
@@ -57,8 +69,8 @@ PAIRS: list[Pair] = [
 
 # (pattern, replacement), applied in order. Whole words only, so that no name merely containing one changes.
 SUBSTITUTIONS: list[tuple[str, str]] = [
-    (r"\bAsync(Attention(?:Client|Session)|AnalysisMixin)\b", r"\1"),
-    (r"\basync_(client|session|analysis)\b", r"\1"),  # the modules' names, in imports
+    (r"\bAsync(Attention(?:Client|Session|Mixin)|AnalysisMixin|LogitsMixin)\b", r"\1"),
+    (r"\basync_(client|session|analysis|attention|logits)\b", r"\1"),  # the modules' names, in imports
     (r"\basync def\b", "def"),
     (r"\basync with\b", "with"),
     (r"\bawait ", ""),
