@@ -27,11 +27,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
 
-# Settings of the live server: small enough that the gzip-bomb test stays cheap.
+# Settings of the live server: small enough that the gzip-bomb test stays cheap. The cost model's calibration (about
+# 1.5 s of CPU before the server listens) only where a test asks for it (tests/hardening/test_cost_model.py): these
+# servers price requests by the reference constants.
 LIVE_ENV = {
     "ATTN_ENABLE_ONNX": "false",
     "ATTN_LOG_LEVEL": "warning",
     "ATTN_MAX_BODY_BYTES": str(16 << 20),
+    "ATTN_COST_CALIBRATION": "off",
 }
 
 
