@@ -108,6 +108,21 @@ def test_norm_weights_and_their_summary() -> None:
     np.testing.assert_allclose(agreement, [[0.0, 0.5]])
 
 
+@pytest.mark.parametrize(("Hq", "Hkv"), [(8, 8), (4, 2), (6, 1)])
+def test_norm_weights_are_the_norm_of_each_weighted_value(Hq: int, Hkv: int) -> None:
+    """``||A_ij v_j||`` formed literally (each weighted value vector, then its norm), query head ``h`` reading key
+    head ``h // (Hq / Hkv)``, against the product of the weights and the value norms.
+    """
+    rng = np.random.default_rng(Hq * 10 + Hkv)
+    weights = rng.random((2, Hq, 5, 7)).astype(np.float32)
+    value = rng.standard_normal((2, Hkv, 7, 3)).astype(np.float32)
+    shared = np.repeat(value, Hq // Hkv, axis=1)  # (2, Hq, 7, 3)
+    literal = np.linalg.norm(weights[..., None] * shared[:, :, None, :, :], axis=-1)
+    normed = norm_weights(weights, value)
+    assert normed.dtype == np.float32 and normed.shape == weights.shape
+    np.testing.assert_allclose(normed, literal, rtol=1e-6)
+
+
 def test_spectral_norm_of_float32_requests_within_the_stated_tolerance() -> None:
     # the power iteration's route (tests/core/test_spectral.py has the rest): 1e-6 for float32 requests
     rng = np.random.default_rng(5)
