@@ -1,4 +1,4 @@
-"""The playground page at ``/``: plain HTML, CSS and JavaScript shipped as package data.
+"""The playground page at ``/``: plain HTML, CSS and JavaScript (ES modules, one per panel) shipped as package data.
 
 The page calls the service's own ``/v1`` API from the browser (no library, no CDN: it works
 offline). It is served under its own Content-Security-Policy, which allows scripts, styles

@@ -73,11 +73,21 @@ def test_probes_and_metrics_are_exempt_but_the_rest_is_not(keyed) -> None:  # ty
 
 
 PAGE_ASSET = re.compile(r'(?:src|href)="([^"#:]+\.(?:js|css|png))"')
+MODULE_IMPORT = re.compile(r'^import \{[^}]*\} from "(\./[\w-]+\.js)";$', re.M)
 
 
 def page_assets(c, path: str) -> set[str]:  # type: ignore[no-untyped-def]
-    """The scripts, styles and icons a page loads (paths as the browser resolves them from ``path``)."""
-    return {urljoin(path, asset) for asset in PAGE_ASSET.findall(c.get(path).text)}
+    """The scripts, styles and icons a page loads (paths as the browser resolves them from ``path``), and the modules
+    its scripts import (the playground's panels are ES modules).
+    """
+    found, todo = set(), [urljoin(path, asset) for asset in PAGE_ASSET.findall(c.get(path).text)]
+    while todo:
+        asset = todo.pop()
+        if asset not in found:
+            found.add(asset)
+            if asset.endswith(".js") and asset.startswith("/playground/"):
+                todo.extend(urljoin(asset, module) for module in MODULE_IMPORT.findall(c.get(asset).text))
+    return found
 
 
 def test_pages_are_public_with_keys_and_everything_they_load(keyed) -> None:  # type: ignore[no-untyped-def]
@@ -85,6 +95,7 @@ def test_pages_are_public_with_keys_and_everything_they_load(keyed) -> None:  # 
     pages = ["/", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"]
     assets = set().union(*(page_assets(keyed, page) for page in ("/", "/docs", "/redoc")))
     assert {"/playground/playground.js", "/playground/playground.css", "/docs/assets/swagger-ui-bundle.js"} <= assets
+    assert {"/playground/common.js", "/playground/decode.js", "/playground/rollout.js"} <= assets  # its modules
     for path in [*pages, *sorted(assets)]:
         r = keyed.get(path)
         assert r.status_code == 200 and r.content, path

@@ -80,7 +80,9 @@ def test_one_owner_per_package(wheels: dict[str, Path], tmp_path: Path) -> None:
     assert {n.split("/")[0] for n in client if ".dist-info/" not in n} == {"attention_client"}, packages
     assert {"service/client.py", "service/cli/local.py"} <= service
     assert {"attention_client/__init__.py", "attention_client/py.typed"} <= client
-    static = {f"service/playground/static/{n}" for n in ("index.html", "npy.js", "playground.js", "playground.css")}
+    page = ("index.html", "npy.js", "playground.css", "playground.js", "common.js", "charts.js")
+    panels = ("attention.js", "gradients.js", "sampling.js", "decode.js", "rollout.js")
+    static = {f"service/playground/static/{n}" for n in (*page, *panels)}
     assert static <= service, "the playground's files are package data"
     for wheel in wheels.values():  # the license travels with both
         assert any(n.endswith(".dist-info/licenses/LICENSE") for n in zipfile.ZipFile(wheel).namelist())
