@@ -24,7 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service.grpc.generated import inference_pb2_grpc as pb_grpc
 from tests.grpc.test_resources import CHANNEL_OPTIONS, MIB, Server, in_background, infer, live_grpc, softmax_request
-from tests.hardening.conftest import metric_value, status_kb
+from tests.hardening.conftest import metric_value, settled_rss_kb, status_kb
 
 __all__ = ["live_grpc"]  # the fixture, imported so that these tests can use it
 
@@ -170,8 +170,7 @@ def test_messages_are_read_inside_the_memory_budget(live_grpc: Callable[..., Ser
             assert int(trailers["retry-after"]) >= 1
     peak = status_kb(server.proc.pid, "VmHWM") / 1024
     assert peak < 256 + 400, (peak, idle)
-    time.sleep(6)
-    after = status_kb(server.proc.pid, "VmRSS") / 1024
+    after = settled_rss_kb(server.proc.pid, below_kb=(idle + 150) * 1024) / 1024
     assert after - idle < 150, (after, idle)
 
 
@@ -278,8 +277,7 @@ def test_half_sent_messages_hold_no_memory_outside_the_budget(live_grpc: Callabl
     # 8 reads at once (half the 512 MiB share) of at most 15 MiB each, plus 64 KiB per unread stream
     assert peak - idle < 8 * 15 + 100, (peak, idle, sent / MIB)
     assert check(server.target) == SERVING
-    time.sleep(6)
-    after = status_kb(server.proc.pid, "VmRSS") / 1024
+    after = settled_rss_kb(server.proc.pid, below_kb=(idle + 150) * 1024) / 1024
     assert after - idle < 150, (after, idle)
     metrics = httpx.get(server.url + "/metrics").text
     assert metric_value(metrics, "attn_http_requests_rejected_total", reason="message_timeout") >= 8

@@ -84,6 +84,19 @@ def status_kb(pid: int, field: str) -> int:
     raise AssertionError(f"no {field}")
 
 
+def settled_rss_kb(pid: int, below_kb: float, timeout_s: float = 20.0) -> int:
+    """The process's ``VmRSS`` in KiB once it is below ``below_kb``, or its last reading after ``timeout_s`` seconds:
+    a test waits for the memory it checks to come back (the heap trimmer gives it back once the process has been
+    quiet for a second, later on a busy machine), not for a fixed time.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = status_kb(pid, "VmRSS")
+        if now < below_kb or time.monotonic() > deadline:
+            return now
+        time.sleep(0.25)
+
+
 def metric_value(text: str, name: str, **labels: str) -> float:
     """The sum of the samples of ``name`` whose labels include ``labels`` in a Prometheus text exposition
     (0 when none): a series with more labels than asked (e.g. ``model``) still counts.
