@@ -25,6 +25,7 @@ class RequestKey(NamedTuple):
     grouped: bool
     """Whether query heads share key heads (GQA)."""
     q_len: int
+    """The query's rows (a graph may serve only queries of at least ``min_q_len``)."""
 
 
 def request_key(task: AttentionTask) -> RequestKey | str:
@@ -54,17 +55,16 @@ def request_key(task: AttentionTask) -> RequestKey | str:
 
 def forward_graph(graphs: list[dict[str, Any]], key: RequestKey) -> str | None:
     """The first forward graph of ``graphs`` (manifest entries, in order of preference) that serves ``key``."""
-    normalizer, dtype, outputs, masked, grouped, q_len = key
     for g in graphs:
         s = g["supports"]
         if (
             s.get("pass", "forward") == "forward"
-            and s["normalizer"] == normalizer
-            and s["dtype"] == dtype
-            and outputs <= set(s["outputs"])
-            and (s["masking"] or not masked)
-            and (s.get("gqa", True) or not grouped)
-            and q_len >= s.get("min_q_len", 1)
+            and s["normalizer"] == key.normalizer
+            and s["dtype"] == key.dtype
+            and key.outputs <= set(s["outputs"])
+            and (s["masking"] or not key.masked)
+            and (s.get("gqa", True) or not key.grouped)
+            and key.q_len >= s.get("min_q_len", 1)
         ):
             name: str = g["name"]
             return name
@@ -73,9 +73,8 @@ def forward_graph(graphs: list[dict[str, Any]], key: RequestKey) -> str | None:
 
 def backward_graph(graphs: list[dict[str, Any]], key: RequestKey) -> str | None:
     """The backward graph of ``graphs`` for the normalizer and dtype of ``key``."""
-    normalizer, dtype = key.normalizer, key.dtype
     for g in graphs:
         s = g["supports"]
-        if s.get("pass") == "backward" and s["normalizer"] == normalizer and s["dtype"] == dtype:
+        if s.get("pass") == "backward" and s["normalizer"] == key.normalizer and s["dtype"] == key.dtype:
             return str(g["name"])
     return None
