@@ -14,18 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.hardening.conftest import LiveServer
+from tests.hardening.conftest import LiveServer, status_kb
 
 pytestmark = pytest.mark.slow  # starts live servers
 
 V2 = "/v2/models/attention/infer"
 BASE = {"query": [[1.0, 0.0]], "key": [[1.0, 0.0], [0.0, 1.0]], "value": [[1.0], [2.0]]}
-
-
-def rss_kb(pid: int) -> int:
-    """VmRSS of process ``pid``, in KiB (Linux)."""
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
 @pytest.fixture(scope="module")
@@ -136,11 +130,11 @@ def test_scanners_paths_leave_no_memory_behind(tmp_path: Path) -> None:
         with httpx.Client(base_url=live.url, timeout=10) as c:
             for i in range(200):  # warm-up: the interpreter's own allocations settle
                 c.get(f"/w{i}")
-            before = rss_kb(pid)
+            before = status_kb(pid, "VmRSS")
             for i in range(1200):
                 path = f"/x{i}{filler}" if i % 2 else f"/v2/models/m{i}{filler}/ready"
                 assert c.get(path).status_code == 401
-            after = rss_kb(pid)
+            after = status_kb(pid, "VmRSS")
         # 1,200 paths of 15 KB: 18 MB if remembered (4,096 of them were kept before, whatever their size)
         assert (after - before) * 1024 < 6 << 20, (after - before) / 1024
     finally:

@@ -13,14 +13,11 @@ import time
 import httpx
 import pytest
 
+from tests.hardening.conftest import status_kb
+
 pytestmark = pytest.mark.slow  # starts a live server
 
 KV = b', "key": [[1.0]], "value": [[1.0]]'
-
-
-def rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
 def post_while_probing(url: str, body: bytes) -> tuple[httpx.Response, float, float]:
@@ -90,7 +87,7 @@ def test_pathological_json_is_refused_from_its_bytes(live_server, case: str) -> 
     server = live_server()
     pid = server.proc.pid
     httpx.get(server.url + "/healthz")
-    before = rss_kb(pid)
+    before = status_kb(pid, "VmRSS")
     # Timed on a shared 2-core machine, a single probe can meet a scheduler stall (one CI run saw 0.37 s where
     # quiet runs give 0.02 to 0.1 s). A second try tells that from the fault this guards against, which held
     # the lock for over a second on every try: each try must pass the memory check, one the timing checks.
@@ -99,7 +96,7 @@ def test_pathological_json_is_refused_from_its_bytes(live_server, case: str) -> 
         r, took, slowest = post_while_probing(server.url, body)
         assert r.status_code == 422, r.text[:500]
         assert any(e["loc"] == loc for e in r.json()["errors"]), r.json()
-        grown_mb = (rss_kb(pid) - before) / 1024
+        grown_mb = (status_kb(pid, "VmRSS") - before) / 1024
         assert grown_mb < 150, grown_mb  # the body itself and its parse, not millions of Python lists
         tries.append((took, slowest))
         if took < 2.0 and slowest < 0.3:  # answered in time, and the liveness probe answered meanwhile
