@@ -13,6 +13,7 @@ from service.dataplane.auth import ApiKeys
 from service.settings import Settings
 from tests.hardening.conftest import SOFTMAX, BrokenEngine, client_for, metric_value
 from tests.http.conftest import assert_problem
+from tests.playground.test_route import MODULE_IMPORT
 
 KEY_A = "a" * 8 + "-test-key-0001"
 KEY_B = "b" * 8 + "-test-key-0002"
@@ -73,7 +74,6 @@ def test_probes_and_metrics_are_exempt_but_the_rest_is_not(keyed) -> None:  # ty
 
 
 PAGE_ASSET = re.compile(r'(?:src|href)="([^"#:]+\.(?:js|css|png))"')
-MODULE_IMPORT = re.compile(r'^import \{[^}]*\} from "(\./[\w-]+\.js)";$', re.M)
 
 
 def page_assets(c, path: str) -> set[str]:  # type: ignore[no-untyped-def]

@@ -16,7 +16,8 @@ MODULES = (
     *("attention.js", "gradients.js", "sampling.js", "decode.js", "rollout.js"),
 )
 """The page's ES modules: the entry point, its shared helpers and charts, and one module per panel."""
-IMPORT = re.compile(r'^import \{[^}]*\} from "\./([\w-]+\.js)";$', re.M)
+MODULE_IMPORT = re.compile(r'^import \{[^}]*\} from "\./([\w-]+\.js)";$', re.M)
+"""A module's imports of its siblings (the file names); tests/hardening/test_security.py follows them too."""
 
 
 def imported(http: TestClient, entry: str = "playground.js") -> set[str]:
@@ -28,7 +29,7 @@ def imported(http: TestClient, entry: str = "playground.js") -> set[str]:
             got = http.get(f"/playground/{module}")
             assert got.status_code == 200, module
             seen.add(module)
-            todo.extend(IMPORT.findall(got.text))
+            todo.extend(MODULE_IMPORT.findall(got.text))
     return seen
 
 
@@ -39,7 +40,7 @@ def test_the_modules_are_every_script_shipped_and_import_no_circle() -> None:
     shipped = {p.name for p in STATIC.glob("*.js")}
     assert shipped == {"npy.js", *MODULES}
     for module in MODULES:
-        imports = set(IMPORT.findall((STATIC / module).read_text()))
+        imports = set(MODULE_IMPORT.findall((STATIC / module).read_text()))
         if module == "common.js":
             assert imports == set(), imports
         elif module == "charts.js":
