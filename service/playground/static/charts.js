@@ -40,6 +40,8 @@ export function drawBars(svg, weights, labels, options) {
   describe(svg, weights.map((w, i) => `${labels[i]}: ${w.toFixed(4)}${opts.removed && opts.removed[i] ? " (removed)" : ""}`).join(", "));
 }
 
+// ------------------------------------------------------------------ heatmaps
+
 // The heatmaps' colour map: white (weight 0) through blue to dark blue (the top of the scale). The colour
 // bar beside each heatmap is drawn from the same stops.
 const RAMP = [
