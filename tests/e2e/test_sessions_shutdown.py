@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from typing import Any
 
 import httpx
 
 from tests.e2e.conftest import free_port, started
+from tests.hardening.conftest import wait_admitted
 
 STEP = {
     "inputs": [{"name": n, "shape": [1, 2], "datatype": "FP32", "data": [1.0, 0.0]} for n in ("query", "key", "value")]
@@ -35,7 +35,7 @@ def test_sigterm_answers_the_step_in_flight_and_the_next_server_starts_afresh() 
         answers: list[httpx.Response] = []
         in_flight = threading.Thread(target=lambda: answers.append(step(server.url)))
         in_flight.start()
-        time.sleep(0.5)
+        wait_admitted(server.url)
         os.kill(server.pid, signal.SIGTERM)
         in_flight.join(30)
         assert answers and answers[0].status_code == 200, answers

@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.grpc.conftest import API_KEY, GrpcServer
-from tests.hardening.conftest import metric_value
+from tests.hardening.conftest import metric_value, wait_admitted
 
 pytestmark = pytest.mark.slow
 
@@ -207,7 +207,7 @@ def test_deadlines_and_admission(server_with: Any) -> None:
     client.infer("softmax", inputs(("logits",)))  # the service time is now known: about 1 s
     holder = threading.Thread(target=lambda: client.infer("softmax", inputs(("logits",))))
     holder.start()
-    time.sleep(0.2)
+    wait_admitted(server.url)
     t0 = time.monotonic()
     # A 0.6 s deadline against an expected wait of about 1 s: refused at once (milliseconds), with room for a
     # scheduler stall on a shared machine before the deadline itself would end the call.
@@ -221,12 +221,12 @@ def test_deadlines_and_admission(server_with: Any) -> None:
 
 
 def test_overload_is_unavailable_with_retry_after(server_with: Any) -> None:
-    server = server_with(ATTN_MAX_CONCURRENT_REQUESTS="1", ATTN_MAX_QUEUED_REQUESTS="0", ATTN_DEBUG_DELAY_S="1.5")
+    server = server_with(ATTN_MAX_CONCURRENT_REQUESTS="1", ATTN_MAX_QUEUED_REQUESTS="0", ATTN_DEBUG_DELAY_S="3")
     holder = threading.Thread(
         target=lambda: httpx.post(server.url + "/v1/softmax", json={"logits": [1.0, 2.0]}, timeout=30)
     )
     holder.start()  # a REST request holds the only slot: gRPC queues behind REST
-    time.sleep(0.5)
+    wait_admitted(server.url)
     with grpc.insecure_channel(server.target) as channel:
         from service.grpc.generated import inference_pb2 as pb
         from service.grpc.generated import inference_pb2_grpc as pb_grpc
@@ -245,12 +245,12 @@ def test_both_protocols_admit_the_same_paths(server_with: Any) -> None:
     the only slot taken and no queue, REST's metadata is answered as gRPC's is (it was 503 over REST), and an
     inference is refused on both.
     """
-    server = server_with(ATTN_MAX_CONCURRENT_REQUESTS="1", ATTN_MAX_QUEUED_REQUESTS="0", ATTN_DEBUG_DELAY_S="2")
+    server = server_with(ATTN_MAX_CONCURRENT_REQUESTS="1", ATTN_MAX_QUEUED_REQUESTS="0", ATTN_DEBUG_DELAY_S="5")
     holder = threading.Thread(
         target=lambda: httpx.post(server.url + "/v1/softmax", json={"logits": [1.0, 2.0]}, timeout=30)
     )
     holder.start()
-    time.sleep(0.5)
+    wait_admitted(server.url)  # the slot is held for 5 s from here: room for nine calls on a busy machine
     try:
         for path in ("/v2/models/attention", "/v2", "/v2/health/ready", "/v2/models/stats", "/readyz"):
             assert httpx.get(server.url + path, timeout=5).status_code == 200, path
@@ -276,7 +276,7 @@ def test_sigterm_answers_the_call_in_flight_and_takes_no_new_one(server_with: An
 
     worker = threading.Thread(target=call)
     worker.start()
-    time.sleep(0.8)  # the call is in flight, holding its slot inside the server
+    wait_admitted(server.url)  # the call is in flight, holding its slot inside the server for 2 s
     os.kill(server.pid, signal.SIGTERM)
     time.sleep(0.3)
     with pytest.raises(InferenceServerException):  # no new call once stopping

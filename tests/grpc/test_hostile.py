@@ -24,7 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service.grpc.generated import inference_pb2_grpc as pb_grpc
 from tests.grpc.test_resources import CHANNEL_OPTIONS, MIB, Server, in_background, infer, live_grpc, softmax_request
-from tests.hardening.conftest import metric_value, settled_rss_kb, status_kb
+from tests.hardening.conftest import metric_value, settled_rss_kb, status_kb, wait_admitted
 
 __all__ = ["live_grpc"]  # the fixture, imported so that these tests can use it
 
@@ -236,7 +236,7 @@ def test_one_readiness_for_both_protocols(tmp_path: Path) -> None:
                 break
         assert seen, server.log()
         holder, held = in_background(lambda: infer(server.target, softmax_request((4,))))
-        time.sleep(0.7)  # in flight, holding its compute slot for 2 s
+        wait_admitted(server.url)  # in flight, holding its compute slot for 2 s
         with grpc.insecure_channel(server.target) as channel:
             health = health_pb2_grpc.HealthStub(channel)
             watch = health.Watch(health_pb2.HealthCheckRequest(), timeout=30)

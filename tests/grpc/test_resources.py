@@ -22,7 +22,7 @@ from service.grpc.generated import inference_pb2 as pb
 from service.grpc.generated import inference_pb2_grpc as pb_grpc
 from tests.e2e.conftest import free_port
 from tests.grpc.conftest import wait_serving
-from tests.hardening.conftest import LiveServer, metric_value, settled_rss_kb, status_kb
+from tests.hardening.conftest import LiveServer, metric_value, settled_rss_kb, status_kb, wait_admitted
 
 pytestmark = pytest.mark.slow  # each test starts a live server
 
@@ -114,10 +114,10 @@ def test_messages_hold_the_bodies_share_with_rest_bodies(live_grpc: Callable[...
         ATTN_MEMORY_BUDGET_BYTES=str(128 * MIB),
         ATTN_MAX_BODY_BYTES=str(16 * MIB),
         ATTN_BODY_MEMORY_BYTES=str(16 * MIB),
-        ATTN_DEBUG_DELAY_S="2",
+        ATTN_DEBUG_DELAY_S="3",
     )
     holder, held = in_background(lambda: infer(server.target, softmax_request()))
-    time.sleep(0.7)  # the first call holds its message on the share, and its compute slot for 2 s
+    wait_admitted(server.url)  # the first call holds its message on the share, and its compute slot for 3 s
     code, message, trailers = infer(server.target, softmax_request())
     assert code == grpc.StatusCode.UNAVAILABLE, (code, message)
     assert message.startswith("the server's memory is in use: request bodies hold 12.0 MiB of the 16.0 MiB"), message
@@ -128,7 +128,7 @@ def test_messages_hold_the_bodies_share_with_rest_bodies(live_grpc: Callable[...
     assert held == [(grpc.StatusCode.OK, "", {})]
     # Now a REST body holds the share: a gRPC message finds no room.
     holder, rest_held = in_background(lambda: rest_softmax(server.url))
-    time.sleep(0.7)
+    wait_admitted(server.url)
     code, message, _ = infer(server.target, softmax_request())
     assert code == grpc.StatusCode.UNAVAILABLE and "request bodies hold 12.0 MiB" in message, (code, message)
     holder.join(30)
@@ -183,7 +183,7 @@ def test_calls_past_the_cap_are_resource_exhausted(live_grpc: Callable[..., Serv
     server = live_grpc(ATTN_GRPC_MAX_CONCURRENT_RPCS="2", ATTN_DEBUG_DELAY_S="2")
     small = softmax_request((4,))
     holders = [in_background(lambda: infer(server.target, small)) for _ in range(2)]
-    time.sleep(0.7)  # two calls in flight, each 2 s
+    wait_admitted(server.url, 2)  # two calls in flight, each 2 s
     code, message, _ = infer(server.target, softmax_request())
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, message)
     for thread, result in holders:
@@ -200,7 +200,7 @@ def test_calls_cut_off_by_the_shutdown_grace_are_unavailable(live_grpc: Callable
     server = live_grpc(ATTN_DEBUG_DELAY_S="30", ATTN_REQUEST_TIMEOUT_S="60", ATTN_SHUTDOWN_GRACE_S="1")
     small = softmax_request((4,))
     calls = [in_background(lambda i=i: infer(server.target, small, rid=f"cut-{i}")) for i in range(6)]
-    time.sleep(1.5)  # all six in flight: two holding the compute slots, four waiting for one
+    wait_admitted(server.url, 6)  # all six in flight: two holding the compute slots, four waiting for one
     t0 = time.monotonic()
     server.terminate()
     assert server.proc.wait(30) == 0, server.log()

@@ -66,7 +66,9 @@ def test_concurrent_uploads_stay_inside_the_memory_budget(live_server) -> None: 
     # work's reservations keep the process inside the budget above its idle size (plus the interpreter's slack).
     assert peak - baseline < budget + 64 * MIB, (peak - baseline) / MIB
     text = httpx.get(server.url + "/metrics").text
-    assert metric_value(text, "attn_http_requests_rejected_total", reason="body_memory") == outcomes.count(503)
+    # every 503 is a counted refusal: for the bodies' memory, and on a busy machine a few for a queue's timeout
+    assert metric_value(text, "attn_http_requests_rejected_total") == outcomes.count(503)
+    assert metric_value(text, "attn_http_requests_rejected_total", reason="body_memory") >= 1
 
 
 def test_a_streamed_or_inflated_body_is_held_on_the_budget_too(live_server) -> None:  # type: ignore[no-untyped-def]

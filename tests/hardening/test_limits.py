@@ -137,8 +137,10 @@ def test_deadline_answers_504_while_the_work_goes_on_and_keeps_its_slot() -> Non
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         t0 = time.monotonic()
         first = asyncio.ensure_future(app(asgi_scope("/v1/attention", headers), receive, send))
-        await asyncio.wait_for(answered.wait(), 2.0)  # answered at the deadline ...
-        assert 0.25 < time.monotonic() - t0 < 2.0
+        # answered at the deadline (0.3 s), while the engine stays blocked until released below: however busy the
+        # machine, an answer that waited for the work would never come
+        await asyncio.wait_for(answered.wait(), 10.0)
+        assert 0.25 < time.monotonic() - t0 < 10.0
         assert sent[0]["status"] == 504 and orjson.loads(sent[1]["body"])["detail"].startswith(
             "the request was not answered"
         )
@@ -195,7 +197,7 @@ def test_past_the_queue_requests_get_503_with_retry_after_at_once_and_probes_sti
                 time.sleep(0.02)
             t0 = time.monotonic()
             third = c.post("/v1/softmax", json=SOFTMAX)
-            assert time.monotonic() - t0 < 1.0  # refused at once, not after the queue timeout
+            assert time.monotonic() - t0 < 2.5  # refused at once, not after the 5 s queue timeout
             body = assert_problem(third, 503, detail="capacity")
             assert third.headers["retry-after"] == "7"
             assert body["type"].endswith("/unavailable")
@@ -217,7 +219,7 @@ def test_a_queued_request_gets_503_after_the_queue_timeout() -> None:
             assert engine.started.acquire(timeout=5)
             t0 = time.monotonic()
             r = c.post("/v1/softmax", json=SOFTMAX)
-            assert 0.15 < time.monotonic() - t0 < 2.0
+            assert 0.15 < time.monotonic() - t0 < 10.0  # after the 0.2 s queue timeout (the engine stays blocked)
             assert_problem(r, 503)
             assert r.headers["retry-after"] == "1"
             engine.release.set()

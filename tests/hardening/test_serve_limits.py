@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.hardening.conftest import ATTENTION, metric_value
+from tests.hardening.conftest import ATTENTION, metric_value, wait_admitted
 
 pytestmark = pytest.mark.slow  # each test starts a live server
 
@@ -189,7 +189,7 @@ def test_refused_at_the_headers_with_connection_close_body_unread(live_server) -
         target=lambda: httpx.post(server.url + "/v1/attention", json=ATTENTION, timeout=30), daemon=True
     )
     holder.start()
-    time.sleep(1.0)  # the first request is admitted and sleeping
+    wait_admitted(server.url)  # the first request is admitted and sleeping
     sock = connect(server)
     sock.sendall(request_head("/v1/attention", 2_000_000))  # headers only: the 2 MB body is never sent
     t0 = time.monotonic()

@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.hardening.conftest import SOFTMAX
+from tests.hardening.conftest import SOFTMAX, wait_admitted
 
 pytestmark = pytest.mark.slow  # each test starts a live server
 
@@ -31,7 +31,7 @@ def test_requests_cut_off_by_the_grace_period_get_503(live_server) -> None:  # t
     workers = [threading.Thread(target=slow_request, args=(i,)) for i in range(8)]
     for w in workers:
         w.start()
-    time.sleep(1.5)  # all eight in flight: two holding the compute slots, six waiting for one
+    wait_admitted(server.url, 8)  # all eight in flight: two holding the compute slots, six waiting for one
     t0 = time.monotonic()
     server.terminate()
     assert server.proc.wait(30) == 0, server.log()
