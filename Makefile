@@ -48,8 +48,15 @@ format: $(VENV)/.installed-test
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# The suite on pytest-xdist workers, one test file at a time each (--dist loadfile: a file's module-scoped servers
+# start once). Most tests wait on live servers and subprocesses rather than compute, so three workers fit two cores
+# (docs/development/testing.md has the timings); TEST_WORKERS=0 runs it in this process, one test at a time.
+# Bytecode is written (into the git-ignored __pycache__ folders) even where the environment sets
+# PYTHONDONTWRITEBYTECODE: the suite starts over a hundred server and command-line processes, each of which would
+# compile the service again, and pytest would rewrite every test module's asserts on every run.
+TEST_WORKERS ?= 3
 test: check $(VENV)/.installed-test
-	$(BIN)/python -m pytest
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Every direct dependency at its declared minimum (pyproject.toml's >= floors, with the client and export
 # extras; tests/packaging/floors.py derives the constraints and checks the venv holds exactly them), in a venv

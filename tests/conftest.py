@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,39 @@ from tests.e2e.conftest import LiveServer
 from tests.live import API_KEY, serve
 
 os.environ.setdefault("ATTN_GRPC_PORT", "0")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+LONGEST_FIRST = (
+    "tests/hardening/test_schemathesis.py",
+    "tests/playground/test_page.py",
+    "tests/packaging/test_wheel_install.py",
+    "tests/hardening/test_workers.py",
+    "tests/grpc/test_hostile.py",
+    "tests/cli/test_more_commands.py",
+    "tests/hardening/test_serve_limits.py",
+    "tests/hardening/test_serve.py",
+    "tests/grpc/test_resources.py",
+    "tests/docs/test_examples.py",
+    "tests/grpc/test_guarantees.py",
+    "tests/client/test_install.py",
+    "tests/core/test_normalizers.py",
+    "tests/cli/test_commands.py",
+    "tests/hardening/test_connections.py",
+    "tests/cli/test_plain_install.py",
+)
+"""The test files that take longest (20 to 120 s each in a serial run, `pytest --durations=0`, 2026-11-28), longest
+first. ``make test`` hands whole files to its xdist workers in collection order (``--dist loadfile``): these go
+first, so that none of them starts last while the other workers have nothing left to do."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of :data:`LONGEST_FIRST` first, in its order; every other file after them, in its own order."""
+    missing = [name for name in LONGEST_FIRST if not (ROOT / name).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names files that do not exist: {missing}")
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(item.path).relative_to(ROOT).as_posix(), len(rank)))
 
 
 @pytest.fixture(scope="session")
