@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import LiveServer
+from tests.e2e.conftest import ROOT, LiveServer
 from tests.live import API_KEY, serve
 
 os.environ.setdefault("ATTN_GRPC_PORT", "0")
-
-ROOT = Path(__file__).resolve().parent.parent
 
 LONGEST_FIRST = (
     "tests/hardening/test_schemathesis.py",
@@ -49,7 +46,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if missing:
         raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names files that do not exist: {missing}")
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(Path(item.path).relative_to(ROOT).as_posix(), len(rank)))
+    items.sort(key=lambda item: rank.get(item.path.relative_to(ROOT).as_posix(), len(rank)))
 
 
 @pytest.fixture(scope="session")

@@ -114,14 +114,14 @@ def metric_value(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def wait_admitted(url: str, count: int = 1, timeout_s: float = 30.0, headers: dict[str, str] | None = None) -> None:
+def wait_admitted(url: str, count: int = 1, timeout_s: float = 30.0) -> None:
     """Until at least ``count`` requests hold or wait for a compute slot on the server at ``url`` (its
     ``attn_http_requests_in_flight`` plus ``attn_http_requests_queued``): a test that needs requests in flight waits
     for them, not for a fixed time that a busy machine overruns (the request not sent yet, or its hold over).
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        text = httpx.get(url + "/metrics", headers=headers, timeout=10).text
+        text = httpx.get(url + "/metrics", timeout=10).text
         held = metric_value(text, "attn_http_requests_in_flight") + metric_value(text, "attn_http_requests_queued")
         if held >= count:
             return
