@@ -188,14 +188,16 @@ class Calls:
         fn: Handler,
         *,
         streaming: bool = False,
+        parse: Callable[[bytes], Any] | None = None,
     ) -> grpc.RpcMethodHandler:
         """The method ``route`` served as a client-streaming one (server-streaming too with ``streaming``), so that
         its handler runs before its message is read (:mod:`service.grpc.guard`): through :meth:`serve`, then
-        ``fn`` with the unread message.
+        ``fn`` with the unread message, which ``parse`` reads (``request``'s parser by default).
         """
+        parser = request.FromString if parse is None else parse
 
         async def behavior(requests: Any, context: aio.ServicerContext) -> Any:
-            message: Message[Any] = Message(context, request.FromString, reading)
+            message: Message[Any] = Message(context, parser, reading)
             work = lambda: fn(message, context)  # noqa: E731
             try:
                 return await self.serve(route, cls, work, context, lambda: model_label(message.value))

@@ -1,9 +1,10 @@
 """Between the protocol's protobuf messages and the data plane's decoded requests and results.
 
-Inputs come as ``raw_input_contents`` (one bytes entry per input, read with ``np.frombuffer``: no copy)
-or as typed ``contents`` (the repeated field of the datatype); outputs go back raw when the request was
-raw, typed otherwise. Parameters map to Python values (bool, int, str, float) both ways. Every refusal
-is an ``INVALID`` service error naming the input, output or parameter, in the words REST uses.
+Inputs come as ``raw_input_contents`` (one bytes entry per input, read with ``np.frombuffer``: no copy; a large
+message's entries are views of the message itself, :mod:`service.grpc.wire`) or as typed ``contents`` (the
+repeated field of the datatype); outputs go back raw when the request was raw, typed otherwise. Parameters map
+to Python values (bool, int, str, float) both ways. Every refusal is an ``INVALID`` service error naming the
+input, output or parameter, in the words REST uses.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from service.dataplane.inference import (
 from service.dataplane.models import MODEL_VERSION, Model, find_model
 from service.dataplane.tensors import TensorLimits
 from service.grpc.generated import inference_pb2 as pb
+from service.grpc.wire import InferMessage
 
 CONTENTS_FIELD = {
     "BOOL": "bool_contents",
@@ -71,7 +73,7 @@ def set_parameter(param: pb.InferParameter, value: Any) -> None:
         param.string_param = str(value)
 
 
-def _raw(data: bytes, dtype: np.dtype, shape: tuple[int, ...], name: str) -> np.ndarray:
+def _raw(data: bytes | memoryview, dtype: np.dtype, shape: tuple[int, ...], name: str) -> np.ndarray:
     expected = math.prod(shape) * dtype.itemsize
     if len(data) != expected:
         raise invalid(
@@ -114,13 +116,15 @@ def decode_request(
     inputs: Sequence[TensorSpec],
     outputs: Sequence[str],
     limits: TensorLimits,
+    contents: Sequence[bytes | memoryview] | None = None,
 ) -> InferRequest:
     """The decoded request: each input checked against the model (datatype, shape, size) and turned into an
-    array, the outputs asked for, the parameters as Python values. A raw request gets raw outputs.
+    array, the outputs asked for, the parameters as Python values. A raw request gets raw outputs. ``contents``:
+    the raw input contents, where they do not come in ``request`` (:class:`~service.grpc.wire.InferMessage`).
     """
     params = parameters(request.parameters)
     refuse_shared_memory(params, "request")
-    raw = request.raw_input_contents
+    raw = request.raw_input_contents if contents is None else contents
     if raw and len(raw) != len(request.inputs):
         raise invalid(
             f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs: one per input, in order"
@@ -185,10 +189,11 @@ class GrpcCodec:
     :func:`decode_request` and :func:`encode_response`.
     """
 
-    def decode(self, ctx: Context, operation: object, raw: pb.ModelInferRequest, caller: str) -> InferRequest:
+    def decode(self, ctx: Context, operation: object, raw: InferMessage, caller: str) -> InferRequest:
         assert isinstance(operation, Model), operation  # the message names a model of the protocol
         limits = operation.input_limits(ctx)
-        request = decode_request(raw, operation.name, operation.inputs, operation.output_names, limits)
+        names, contents = operation.output_names, raw.take_contents()
+        request = decode_request(raw.request, operation.name, operation.inputs, names, limits, contents)
         request.caller = caller
         return request
 
@@ -200,6 +205,6 @@ class GrpcCodec:
 GRPC_CODEC = GrpcCodec()
 
 
-def named_model(request: pb.ModelInferRequest) -> Model:
+def named_model(message: InferMessage) -> Model:
     """The model a ``ModelInfer`` message names (``NOT_FOUND`` for an unknown model or version)."""
-    return find_model(request.model_name, request.model_version or None)
+    return find_model(message.request.model_name, message.request.model_version or None)

@@ -36,6 +36,7 @@ from service.grpc.codecs import GRPC_CODEC, named_model
 from service.grpc.generated import inference_pb2 as pb
 from service.grpc.guard import INFERENCE, PROBES, CallClass, Message, Reading
 from service.grpc.stream import StreamInfer
+from service.grpc.wire import InferMessage, parse_infer
 
 
 class InferenceService:
@@ -73,7 +74,15 @@ class InferenceService:
             ),
         ]
         handlers = {
-            name: self.calls.handler(f"/{SERVICE}/{name}", cls, request, response, self.reading, fn)
+            name: self.calls.handler(
+                f"/{SERVICE}/{name}",
+                cls,
+                request,
+                response,
+                self.reading,
+                fn,
+                parse=parse_infer if request is pb.ModelInferRequest else None,  # the tensors' bytes as views
+            )
             for name, cls, request, response, fn in methods
         }
         handlers["ModelStreamInfer"] = self.calls.handler(
@@ -84,6 +93,7 @@ class InferenceService:
             self.reading,
             self.stream.serve,
             streaming=True,
+            parse=parse_infer,
         )
         for extension in UNSUPPORTED:  # UNIMPLEMENTED, naming the extension; the message is never read
             for name in extension.grpc:
@@ -119,7 +129,7 @@ class InferenceService:
         )
 
     async def ModelInfer(self, message: Message[Any], context: aio.ServicerContext) -> pb.ModelInferResponse:
-        call: Call[pb.ModelInferRequest, InferRequest, InferResult, pb.ModelInferResponse] = Call(
+        call: Call[InferMessage, InferRequest, InferResult, pb.ModelInferResponse] = Call(
             read=message.read,
             size=lambda _: message.nbytes,
             codec=GRPC_CODEC,

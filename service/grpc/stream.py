@@ -56,6 +56,7 @@ from service.grpc.calls import SERVICE, STATUS, STOPPING_MESSAGE, Calls, call_ca
 from service.grpc.codecs import GRPC_CODEC, named_model, parameter_value
 from service.grpc.generated import inference_pb2 as pb
 from service.grpc.guard import EndOfMessages, Message, MessageTimeout
+from service.grpc.wire import InferMessage
 
 ROUTE = f"/{SERVICE}/ModelStreamInfer"
 
@@ -169,7 +170,7 @@ class StreamInfer:
         finally:
             stream.end()
 
-    async def receive(self, message: Message[Any], lease: MemoryLease) -> pb.ModelInferRequest | ServiceError:
+    async def receive(self, message: Message[Any], lease: MemoryLease) -> InferMessage | ServiceError:
         """The next message, read on ``lease``, or the refusal of one that is not a ``ModelInferRequest``.
         ``EndOfMessages`` once the client has half-closed; the refusals that end the stream (late, no room on the
         bodies' share, the server stopping) raised.
@@ -178,7 +179,7 @@ class StreamInfer:
         assert task is not None  # a handler runs in a task of its own
         self.waiting.add(task)
         try:
-            request: pb.ModelInferRequest = await message.read(lease)
+            request: InferMessage = await message.read(lease)
             return request
         except asyncio.CancelledError:
             if task not in self.stopped:
@@ -207,7 +208,7 @@ class StreamInfer:
     async def answer(
         self,
         stream: Stream,
-        request: pb.ModelInferRequest | ServiceError,
+        request: InferMessage | ServiceError,
         nbytes: int,
         held: MemoryLease,
         context: aio.ServicerContext,
@@ -220,12 +221,12 @@ class StreamInfer:
             return refusal(request), STATUS[request.kind].name
         message = request
 
-        async def read(lease: MemoryLease) -> pb.ModelInferRequest:
+        async def read(lease: MemoryLease) -> InferMessage:
             held.release()  # the door's lease takes the message over
             lease.reserve(nbytes)
             return message
 
-        call: Call[pb.ModelInferRequest, InferRequest, InferResult, pb.ModelInferResponse] = Call(
+        call: Call[InferMessage, InferRequest, InferResult, pb.ModelInferResponse] = Call(
             read=read,
             size=lambda _: nbytes,
             codec=GRPC_CODEC,
@@ -238,15 +239,15 @@ class StreamInfer:
         except ANSWERABLE as exc:
             error = as_service_error(exc)
             assert error is not None
-            return refusal(error, request.id), STATUS[error.kind].name
+            return refusal(error, request.request.id), STATUS[error.kind].name
         self.follow(stream, request, caller)
         return pb.ModelStreamInferResponse(infer_response=response), "OK"
 
-    def follow(self, stream: Stream, request: pb.ModelInferRequest, caller: str) -> None:
+    def follow(self, stream: Stream, message: InferMessage, caller: str) -> None:
         """With ``ATTN_SESSION_END_WITH_STREAM``, the sequence a step on ``stream`` named ends with the stream (once
         the stream ends; a sequence with a step in flight elsewhere then is left to its end or idle time).
         """
-        sessions = self.sessions
+        sessions, request = self.sessions, message.request
         if sessions is None or request.model_name != SESSION_MODEL or "sequence_id" not in request.parameters:
             return
         sequence_id = parameter_value(request.parameters["sequence_id"])
