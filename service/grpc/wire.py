@@ -8,7 +8,10 @@ https://protobuf.dev/programming-guides/encoding/): each ``raw_input_contents`` 
 becomes a view of the received bytes, and protobuf parses the rest (names, shapes, parameters: a few hundred
 bytes). A message whose top level is not well formed is parsed whole by protobuf, which says what is wrong.
 
-Messages under :data:`VIEW_MIN_BYTES` are parsed whole: their copies cost less than walking their fields.
+Messages under :data:`VIEW_MIN_BYTES` are parsed whole: their copies cost less than walking their fields. So are
+messages with more than :data:`MAX_TOP_FIELDS` fields at the top level (a request has a few dozen: its names,
+parameters, inputs, outputs and contents): the walk is Python, on the event loop, and a 32 MiB message of
+three-byte parameters would hold it for seconds.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ RAW_INPUT_CONTENTS = 7
 """``ModelInferRequest.raw_input_contents``' field number (``protos/inference.proto``)."""
 VIEW_MIN_BYTES = 64 << 10
 """Messages from this size on have their raw contents read as views (smaller ones are parsed whole)."""
+MAX_TOP_FIELDS = 1024
+"""The walk gives up (protobuf parses the message whole) past this many top-level fields."""
 
 _CONTENTS_KEY = (RAW_INPUT_CONTENTS << 3) | 2  # field 7, wire type 2 (length-delimited)
 _FIXED = {1: 8, 5: 4}  # wire type: its payload's size (I64, I32)
@@ -61,14 +66,18 @@ def parse_infer(raw: bytes) -> InferMessage:
 
 def split_contents(raw: bytes) -> tuple[bytes, list[memoryview]] | None:
     """The message's bytes without its top-level field 7 entries, and those entries' payloads as views of
-    ``raw``, in order; None where the top level is not a sequence of well-formed fields.
+    ``raw``, in order; None where the top level is not a sequence of well-formed fields, or has more than
+    :data:`MAX_TOP_FIELDS`.
     """
     view = memoryview(raw)
     end = len(raw)
     contents: list[memoryview] = []
     rest: list[memoryview] = []
-    kept_from = pos = 0
+    kept_from = pos = fields = 0
     while pos < end:
+        fields += 1
+        if fields > MAX_TOP_FIELDS:
+            return None
         field_at = pos
         key, pos = _varint(raw, pos)
         wire_type = key & 7

@@ -16,7 +16,7 @@ from service.dataplane.models import MODELS
 from service.dataplane.tensors import TensorLimits
 from service.grpc.codecs import decode_request
 from service.grpc.generated import inference_pb2 as pb
-from service.grpc.wire import VIEW_MIN_BYTES, parse_infer, split_contents
+from service.grpc.wire import MAX_TOP_FIELDS, VIEW_MIN_BYTES, parse_infer, split_contents
 
 ATTENTION = MODELS["attention"]
 
@@ -127,6 +127,23 @@ def test_a_malformed_message_is_protobufs_to_refuse(cut: object) -> None:
         pb.ModelInferRequest.FromString(raw)
     with pytest.raises(DecodeError):
         parse_infer(raw)
+
+
+def test_a_message_of_many_top_level_fields_is_parsed_whole() -> None:
+    """Past MAX_TOP_FIELDS top-level fields (here parameters) the walk gives up, so a hostile message of millions
+    of tiny fields costs protobuf's parse, not a Python loop on the event loop; the message is the same.
+    """
+    request = attention_message(1024)
+    for i in range(MAX_TOP_FIELDS):
+        request.parameters[f"p{i}"].int64_param = i
+    raw = request.SerializeToString()
+    assert split_contents(raw) is None
+    message = parse_infer(raw)
+    assert message.contents is None and message.request == request
+    fewer = attention_message(1024)
+    for i in range(MAX_TOP_FIELDS - 20):
+        fewer.parameters[f"p{i}"].int64_param = i
+    assert split_contents(fewer.SerializeToString()) is not None
 
 
 def test_small_messages_are_parsed_whole_and_large_ones_as_views() -> None:
