@@ -41,6 +41,7 @@ from bench.suite import Parser
 from service.app import create_app
 from service.dataplane.plane import DataPlane
 from service.grpc.generated import inference_pb2 as pb
+from service.grpc.wire import InferMessage
 from service.settings import Settings
 
 TARGET_US = 50.0
@@ -91,14 +92,16 @@ def grpc_message(arrays: dict[str, np.ndarray]) -> pb.ModelInferRequest:
 
 
 class Decoded:
-    """``ModelInfer``'s :class:`~service.grpc.guard.Message` once read: the message, its size."""
+    """``ModelInfer``'s :class:`~service.grpc.guard.Message` once read: the message as the server parses it (a tiny
+    one whole, :func:`~service.grpc.wire.parse_infer`), its size.
+    """
 
     def __init__(self, message: pb.ModelInferRequest) -> None:
-        self.value = message
+        self.message = message
         self.nbytes = message.ByteSize()
 
-    async def read(self, lease: Any = None) -> pb.ModelInferRequest:
-        return self.value
+    async def read(self, lease: Any = None) -> InferMessage:
+        return InferMessage(self.message)
 
 
 class NoDeadline:

@@ -171,3 +171,15 @@ def test_every_run_prints_the_header_first() -> None:
     assert lines[0] == "`python -m bench diagnostics --quick`"
     assert any(line.startswith("- CPU: ") for line in lines[:8])
     assert any(line.startswith("| (1, 1, 4, 4) |") for line in lines)
+
+
+def test_the_layers_benchmark_drives_the_service_as_it_is() -> None:
+    """`layers` calls the servicer and the ASGI app in process, past the sockets: a change to what they take
+    (the gRPC message as the server parses it) breaks it where no server test looks, so it runs here, quickly.
+    """
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = suite.run("layers", ["--quick"])
+    assert code == 0
+    rows = [line for line in out.getvalue().splitlines() if line.startswith("| gRPC (servicer) |")]
+    assert len(rows) == 1 and float(rows[0].split("|")[2]) > 0, rows
