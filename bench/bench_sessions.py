@@ -166,6 +166,7 @@ def measure_stream(target: str, cache: int, steps: int) -> list[float]:
     finally:
         client.stop_stream()
         client.infer("attention_session", [], sequence_id=sid, sequence_end=True)
+        client.close()
 
 
 def measure_rest(target: str, cache: int, steps: int) -> tuple[list[float], int]:

@@ -80,6 +80,7 @@ def test_a_stream_carries_a_sequence_in_order(server: GrpcServer) -> None:
         np.testing.assert_array_equal(result.as_numpy("output"), stateless(client, arrays["query"], keys, values))
     # by default a sequence outlives its stream (Triton's behaviour)
     assert client.infer("attention_session", inputs(**token()), sequence_id=99).as_numpy("cache_length")[0] == 9
+    client.close()
 
 
 def test_a_sequence_belongs_to_the_key_that_started_it(server_with: Callable[..., GrpcServer]) -> None:
@@ -105,6 +106,7 @@ def test_with_the_option_a_closed_stream_ends_its_sequences(server_with: Callabl
     with pytest.raises(InferenceServerException, match="when the gRPC stream that carried it closed"):
         client.infer("attention_session", inputs(**token()), sequence_id="streamed")
     assert 'attn_session_evictions_total{reason="stream_closed"} 1.0' in httpx.get(f"{server.url}/metrics").text
+    client.close()
 
 
 def test_server_metadata_lists_the_sequence_extension(server: GrpcServer) -> None:
