@@ -192,8 +192,10 @@ class GrpcCodec:
     def decode(self, ctx: Context, operation: object, raw: InferMessage, caller: str) -> InferRequest:
         assert isinstance(operation, Model), operation  # the message names a model of the protocol
         limits = operation.input_limits(ctx)
-        names, contents = operation.output_names, raw.take_contents()
-        request = decode_request(raw.request, operation.name, operation.inputs, names, limits, contents)
+        contents = raw.take_contents()
+        request = decode_request(
+            raw.request, operation.name, operation.inputs, operation.output_names, limits, contents
+        )
         request.caller = caller
         return request
 

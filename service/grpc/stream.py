@@ -239,8 +239,8 @@ class StreamInfer:
         except ANSWERABLE as exc:
             error = as_service_error(exc)
             assert error is not None
-            return refusal(error, request.request.id), STATUS[error.kind].name
-        self.follow(stream, request, caller)
+            return refusal(error, message.request.id), STATUS[error.kind].name
+        self.follow(stream, message, caller)
         return pb.ModelStreamInferResponse(infer_response=response), "OK"
 
     def follow(self, stream: Stream, message: InferMessage, caller: str) -> None:
