@@ -2,6 +2,7 @@
 
     python -m bench grpc-edges mixed [--clients 32] [--mb 30]     # REST and gRPC uploads at once, keyed
     python -m bench grpc-edges unauthenticated [--clients 64] [--mb 30]
+    python -m bench grpc-edges burst [--clients 24] [--mb 30]         # a 256 MiB budget, messages refused once read
     python -m bench grpc-edges all
 
 Each command starts
@@ -12,6 +13,9 @@ peak (VmHWM) against the budget plus 400 MiB, the idle RSS 6 s after the burst, 
 - ``mixed``: ``--clients`` REST /v2 attention uploads of ``--mb`` MB (binary) and as many gRPC ``ModelInfer``
   calls of the same size (raw), all at once, all with the key (the issue measured 1,908 MiB at the peak).
 - ``unauthenticated``: ``--clients`` gRPC calls of ``--mb`` MB without a key (the issue: 1,038 MiB left idle).
+- ``burst``: ``--clients`` keyed gRPC calls of ``--mb`` MB at once to a server with a 256 MiB budget, each refused
+  once read (an input name the model does not have), so that it measures the reading: the burst of
+  ``tests/grpc/test_hostile.py::test_messages_are_read_inside_the_memory_budget``, whose bound is this peak limit.
 """
 
 from __future__ import annotations
@@ -78,9 +82,9 @@ async def infer_many(target: str, request: pb.ModelInferRequest, n: int, key: st
             await channel.close()
 
 
-def started() -> tuple[Server, str]:
+def started(**env: str) -> tuple[Server, str]:
     grpc_port = free_port()
-    server = Server({"ATTN_GRPC_ENABLED": "true", "ATTN_GRPC_PORT": str(grpc_port), "ATTN_API_KEYS": KEY})
+    server = Server({"ATTN_GRPC_ENABLED": "true", "ATTN_GRPC_PORT": str(grpc_port), "ATTN_API_KEYS": KEY, **env})
     return server, f"127.0.0.1:{grpc_port}"
 
 
@@ -94,14 +98,14 @@ def warm(server: Server, target: str) -> float:
     return server.rss_mb()
 
 
-def report(command: str, server: Server, idle: float, **answers: Any) -> None:
+def report(command: str, server: Server, idle: float, budget_mib: int = BUDGET_MIB, **answers: Any) -> None:
     peak = server.rss_mb("VmHWM")
     time.sleep(6)
     emit(
         command=command,
         idle_rss_mib=round(idle),
         peak_rss_mib=round(peak),
-        peak_limit_mib=BUDGET_MIB + SLACK_MIB,
+        peak_limit_mib=budget_mib + SLACK_MIB,
         idle_after_6s_mib=round(server.rss_mb()),
         idle_growth_mib=round(server.rss_mb() - idle),
         **answers,
@@ -132,13 +136,30 @@ def unauthenticated(args: Namespace) -> None:
     report("unauthenticated", server, idle, mb=round(request.ByteSize() / MB, 1), grpc=dict(calls))
 
 
-COMMANDS = {"mixed": (mixed, 32), "unauthenticated": (unauthenticated, 64)}
+BURST_BUDGET_MIB = 256
+
+
+def burst(args: Namespace) -> None:
+    budget = str(BURST_BUDGET_MIB << 20)
+    server, target = started(ATTN_MEMORY_BUDGET_BYTES=budget, ATTN_MAX_BODY_BYTES=str(32 << 20))
+    idle = warm(server, target)
+    shape = (max(1, int(args.mb * MB / 4 / 16384)), 16384)  # one float32 tensor of about --mb MB
+    request = pb.ModelInferRequest(model_name="softmax")
+    request.inputs.add(name="nope", datatype="FP32", shape=list(shape))
+    request.raw_input_contents.append(np.zeros(shape, dtype="<f4").tobytes())
+    calls = asyncio.run(infer_many(target, request, args.clients, KEY))
+    report("burst", server, idle, BURST_BUDGET_MIB, mb=round(request.ByteSize() / MB, 1), grpc=dict(calls))
+
+
+COMMANDS = {"mixed": (mixed, 32), "unauthenticated": (unauthenticated, 64), "burst": (burst, 24)}
 
 
 def arguments() -> Parser:
     parser = Parser(__name__, __doc__, quick={"clients": 2, "mb": 1.0})
     parser.add_argument("command", choices=[*COMMANDS, "all"])
-    parser.add_clients(None, "calls (and, with mixed, as many uploads) at once (default 32 mixed, 64 unauthenticated)")
+    parser.add_clients(
+        None, "calls (and, with mixed, as many uploads) at once (default 32 mixed, 64 unauthenticated, 24 burst)"
+    )
     parser.add_argument("--mb", type=float, default=30.0, help="MB per message (default 30)")
     return parser
 

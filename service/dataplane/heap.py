@@ -49,9 +49,8 @@ TRIM_AFTER_BODY_BYTES = 4 << 20
 """A request whose body (on the wire or inflated) reached this size has its freed memory given back when it ends."""
 TRIM_INTERVAL_S = 0.25
 """At most one trim per this many seconds (each walks the heap: a few milliseconds of one core). Once a second let a
-burst of 24 large gRPC messages under a 256 MiB budget peak at 528-663 MiB, a quarter second at 374-390 MiB
-(``tests/grpc/test_hostile.py``); one-client (1, 8, 1024, 64) calls, each trimmed after, ran within the noise of
-before (``docs/operations/production.md``)."""
+burst of large messages keep what it freed until the next trim (``python -m bench grpc-edges burst``;
+``docs/operations/production.md``)."""
 TRIM_IDLE_S = 1.0
 """After this long with no request ending, the free heap that the requests before left is given back."""
 
