@@ -57,6 +57,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "optional: PyTorch (the bench extra)",
     ),
     Benchmark(
+        "onnx-options",
+        "bench.bench_onnx_options",
+        "ONNX Runtime's memory arena and IO binding on the graphs large requests run on: time, peak and held memory",
+        "docs/benchmarks/kernels.md",
+    ),
+    Benchmark(
         "backward",
         "bench.bench_backward",
         "backward against forward time on each engine",
@@ -192,6 +198,7 @@ HELPERS: Mapping[str, str] = {
     "bench.peers_runtime": "peers' MLServer runtime (numpy attention), loaded by MLServer in its own venv only",
     "bench.load_grpc": "load's gRPC driver, a process of its own (python -m bench.load_grpc --target HOST:PORT)",
     "bench.kernel_case": "kernels' one case, a process of its own (its peak RSS its own), PyTorch's too",
+    "bench.onnx_options_case": "onnx-options' one case, a process of its own (its peak and held memory its own)",
 }
 """Every module of ``bench/`` that is not a benchmark, and what it is (``tests/bench`` checks none is left out)."""
 
