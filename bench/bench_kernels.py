@@ -1,5 +1,8 @@
 """Benchmark: attention at the machine's limit (issue 32), each engine against PyTorch's kernels, in one run.
 
+The service's cases run in the process ``python -m service serve`` makes: glibc malloc asking for transparent huge
+pages where it can (``ATTN_MALLOC_HUGE_PAGES``, on by default; ``service/engines/onnx_engine/heap.py``).
+
 Cases (float32, S = L unless said): (1, 8, 128, 64), (4, 12, 512, 64), (1, 8, 4096, 64), (1, 8, 16384, 64) (its
 scores would be 8.6 GB: timed once, for its peak RSS) and a decoding step, (1, 32, 1, 128) over 8,192 cached keys;
 output only and with weights (the decoding step and the long sequences output only).
@@ -36,6 +39,7 @@ import numpy as np
 
 from bench.suite import Parser
 from bench.timing import all_cores, matmul_rate, median_time
+from service.engines.onnx_engine.heap import huge_pages_environment, malloc_huge_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 # (label, B, Hq, Hkv, L, S, E, with weights too)
@@ -69,6 +73,8 @@ def run_case(python: str, engine: str, case: tuple, weights: bool, repeats: int)
     _, B, Hq, Hkv, L, S, E, _ = case
     argv = [engine, B, Hq, Hkv, L, S, E, int(weights), repeats]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if engine != "torch":  # the engines in the process `serve` makes: malloc asking for huge pages (its default)
+        env = huge_pages_environment(env) or env
     done = subprocess.run(
         [python, "-m", "bench.kernel_case", *map(str, argv)], capture_output=True, text=True, cwd=ROOT, env=env
     )
@@ -100,6 +106,11 @@ def main(argv: list[str]) -> int:
     print(
         f"float32 matmul 2048^3: {rate / 1e9:.1f} GFLOP/s; memory bandwidth (matrix-vector over {kv_bytes / 2**20:.0f} "
         f"MiB of keys and values): {bw / 1e9:.1f} GB/s; PyTorch: {'yes, ' + torch_python if torch_ok else 'not found'}"
+    )
+    pages = malloc_huge_pages(huge_pages_environment(dict(os.environ)) or os.environ)
+    print(
+        f"the service's cases run with malloc's huge pages {'on' if pages else 'off'} (as `serve` starts itself: "
+        "ATTN_MALLOC_HUGE_PAGES); PyTorch with its own defaults"
     )
     print()
     print("| case | returns | engine | ms | GFLOP/s | % of matmul | / PyTorch | peak RSS growth (MB) | graph |")

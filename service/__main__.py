@@ -182,12 +182,29 @@ def _dispatch(args: argparse.Namespace, prog: str) -> int:
         except ValidationError as exc:
             print(f"refusing to start: {exc}", file=sys.stderr)
             return 2
+        if settings.malloc_huge_pages:
+            _restart_with_huge_pages()
         return _serve(settings)
     if args.command == "export-models":
         return _export(args, prog)
     if args.command == "openapi":
         return _openapi(args, prog)
     return 2
+
+
+def _restart_with_huge_pages() -> None:
+    """Start this command again, in this process (``exec``), with glibc malloc asking for transparent huge pages,
+    where it does not yet and can (:func:`service.engines.onnx_engine.heap.huge_pages_environment`): glibc reads
+    ``GLIBC_TUNABLES`` only at a process's start. The same command line, the same PID; the workers inherit it.
+    """
+    from service.engines.onnx_engine.heap import huge_pages_environment
+
+    environment = huge_pages_environment(os.environ)
+    if environment is None or not sys.orig_argv:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, sys.orig_argv, environment)
 
 
 def _quiet_on_closed_pipe() -> int:

@@ -115,10 +115,12 @@ class Costed(Protocol):
 @runtime_checkable
 class GraphEngine(Protocol):
     """An engine that runs exported graphs (ONNX): which graph runs a task (None: none does), its verified models,
-    and whether its runtime keeps a memory arena (memory not given back after large requests).
+    whether its runtime keeps a memory arena (memory not given back after large requests), and whether the memory
+    it allocates afresh comes in transparent huge pages (a fault per 2 MiB rather than per 4 KiB).
     """
 
     memory_arena: bool
+    malloc_huge_pages: bool
 
     def graph_for(self, task: AttentionTask) -> str | None: ...
 

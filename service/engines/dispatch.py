@@ -98,7 +98,7 @@ def _large_reason(scores: int) -> str:
     """Why ``auto`` tries numpy first for a large request that returns weights (once per size)."""
     return (
         f"large request returning weights ({scores} scores): numpy's chunked pass is faster than ONNX Runtime "
-        "on the CPU without its memory arena"
+        "on the CPU without its memory arena or huge pages"
     )
 
 
@@ -218,8 +218,9 @@ class EngineDispatcher:
         normalizer = forward.params.normalizer
         if normalizer in NUMPY_FIRST_NORMALIZERS:
             return self._numpy_first, _sorting_reason(normalizer)
-        arena_less = first is not None and runs_graphs(first) and not first.memory_arena
-        if 0 < self.large_task_scores < scores and forward.need_weights and arena_less:
+        # Without its arena or huge pages ONNX Runtime faults every large intermediate in afresh, 4 KiB at a time.
+        fresh_pages = runs_graphs(first) and not (first.memory_arena or first.malloc_huge_pages)
+        if 0 < self.large_task_scores < scores and forward.need_weights and fresh_pages:
             return self._numpy_first, _large_reason(scores)
         return self.order, ""
 

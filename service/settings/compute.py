@@ -51,8 +51,15 @@ class EngineSettings(BaseModel):
         1 << 22,
         ge=0,
         description="Engine 'auto' also tries numpy first above this many scores when the request returns weights "
-        "and ONNX Runtime runs on the CPU without its memory arena (numpy's chunked pass is faster there); "
-        "0 turns this off.",
+        "and ONNX Runtime runs on the CPU without its memory arena or huge pages (numpy's chunked pass is faster "
+        "there); 0 turns this off.",
+    )
+    malloc_huge_pages: bool = Field(
+        True,
+        description="`serve` starts itself with glibc malloc asking for transparent huge pages "
+        "(GLIBC_TUNABLES=glibc.malloc.hugetlb=1; glibc 2.35+, a kernel whose THP mode is not 'never'): ONNX "
+        "Runtime's fresh large buffers then fault in 2 MiB at a time, and freed memory still goes back to the OS. "
+        "A GLIBC_TUNABLES that names the tunable already is kept as it is.",
     )
     numpy_threads: int = Field(
         0,

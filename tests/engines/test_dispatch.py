@@ -203,18 +203,21 @@ def test_real_auto_uses_numpy_for_float16(dispatcher: EngineDispatcher) -> None:
 
 
 class CpuOnnx(FakeEngine):
-    """A fake ONNX engine on ONNX Runtime's CPU provider, with or without its memory arena."""
+    """A fake ONNX engine on ONNX Runtime's CPU provider, with or without its memory arena and huge pages."""
 
-    def __init__(self, *, memory_arena: bool = False, provider: str = "CPUExecutionProvider") -> None:
+    def __init__(
+        self, *, memory_arena: bool = False, provider: str = "CPUExecutionProvider", malloc_huge_pages: bool = False
+    ) -> None:
         super().__init__("onnx")
         self.memory_arena = memory_arena
+        self.malloc_huge_pages = malloc_huge_pages
         self._provider = provider
 
     @property
     def provider(self) -> str:
         return self._provider
 
-    # the rest of GraphEngine, which the dispatcher reads memory_arena through
+    # the rest of GraphEngine, which the dispatcher reads memory_arena and malloc_huge_pages through
     def graph_for(self, task: AttentionTask) -> str | None:
         return None
 
@@ -250,7 +253,7 @@ def test_other_tasks_keep_onnx_first(onnx: CpuOnnx, normalizer: str, alpha: floa
     assert engine is onnx
 
 
-def test_large_tasks_with_weights_try_numpy_first_on_an_arena_less_cpu_onnx() -> None:
+def test_large_tasks_with_weights_try_numpy_first_on_a_cpu_onnx_without_arena_or_huge_pages() -> None:
     numpy = FakeEngine("numpy")
     scores = 2 * 48 * 48  # a_task's
 
@@ -264,6 +267,7 @@ def test_large_tasks_with_weights_try_numpy_first_on_an_arena_less_cpu_onnx() ->
     assert pick(CpuOnnx(), need_weights=True) == "numpy"
     assert pick(CpuOnnx(), need_weights=False) == "onnx"  # output only: the fused graph stays ahead
     assert pick(CpuOnnx(memory_arena=True), need_weights=True) == "onnx"  # with its arena ONNX is faster
+    assert pick(CpuOnnx(malloc_huge_pages=True), need_weights=True) == "onnx"  # and with huge pages
     assert pick(CpuOnnx(), need_weights=True, large=scores) == "onnx"  # at the threshold, not above
     assert pick(CpuOnnx(), need_weights=True, large=0) == "onnx"  # 0 turns it off
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.engines.onnx_engine.heap import huge_pages_possible
 from tests.e2e.conftest import free_port
 from tests.hardening.conftest import ROOT, SOFTMAX, metric_value, needs_promtool, promtool_check, wait_admitted
 
@@ -188,3 +189,21 @@ def test_a_grpc_port_taken_once_the_app_starts_fails_it_with_one_line(tmp_path: 
     assert done.returncode == 3, output[-3000:]
     assert f"cannot start: the gRPC port 127.0.0.1:{grpc_port} cannot be bound" in output, output[-3000:]
     assert "--grpc-port / ATTN_GRPC_PORT" in output and "Traceback" not in output, output[-3000:]
+
+
+def _onnx_huge_pages(url: str) -> bool:
+    """What the server's ONNX engine reports: whether its process's malloc asks for huge pages (read from the
+    environment the process started with: glibc rewrites ``GLIBC_TUNABLES`` in /proc/PID/environ).
+    """
+    engines = {e["name"]: e for e in httpx.get(url + "/v1/engines").json()["engines"]}
+    answer: bool = engines["onnx"]["malloc_huge_pages"]
+    return answer
+
+
+@pytest.mark.skipif(not huge_pages_possible(), reason="glibc before 2.35, or transparent huge pages off")
+def test_serve_starts_itself_with_malloc_asking_for_huge_pages(live_server) -> None:  # type: ignore[no-untyped-def]
+    onnx = {"ATTN_ENABLE_ONNX": "true"}
+    assert _onnx_huge_pages(live_server({**onnx, "GLIBC_TUNABLES": "glibc.malloc.arena_max=4"}).url)
+    # an operator's own value stands, and the setting turns it off
+    assert not _onnx_huge_pages(live_server({**onnx, "GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}).url)
+    assert not _onnx_huge_pages(live_server({**onnx, "ATTN_MALLOC_HUGE_PAGES": "false"}).url)

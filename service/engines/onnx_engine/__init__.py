@@ -4,7 +4,8 @@ Layout:
 
 - ``manifest``: the models directory checked against its manifest (:func:`verify_models`), and its listing.
 - ``providers``: which execution providers to request (:func:`choose_providers`), and what onnxruntime offers.
-- ``heap``: the C heap's free memory given back to the OS after large runs (:func:`release_free_heap`).
+- ``heap``: the C heap's free memory given back to the OS after large runs (:func:`release_free_heap`), and
+  whether malloc asks for transparent huge pages (:func:`malloc_huge_pages`, :func:`huge_pages_environment`).
 - ``sessions``: one warmed-up onnxruntime session per graph, with the engine's options.
 - ``routing``: which graph serves a request (normalizer, dtype, outputs, masking).
 - ``feeds``: a graph's inputs for a request, validated and masked as the numpy reference does.
@@ -16,7 +17,12 @@ Layout:
 from __future__ import annotations
 
 from service.engines.onnx_engine.engine import OnnxEngine
-from service.engines.onnx_engine.heap import TRIM_AFTER_BYTES, release_free_heap
+from service.engines.onnx_engine.heap import (
+    TRIM_AFTER_BYTES,
+    huge_pages_environment,
+    malloc_huge_pages,
+    release_free_heap,
+)
 from service.engines.onnx_engine.manifest import MANIFEST_NAME, ModelCheckError, models_source, verify_models
 from service.engines.onnx_engine.providers import PREFERRED_PROVIDERS, PROVIDER_ALIASES, choose_providers
 from service.engines.onnx_engine.routing import SUPPORTED_DTYPES
@@ -32,6 +38,8 @@ __all__ = [
     "ModelCheckError",
     "OnnxEngine",
     "choose_providers",
+    "huge_pages_environment",
+    "malloc_huge_pages",
     "models_source",
     "release_free_heap",
     "verify_models",

@@ -39,7 +39,7 @@ from service.engines.cost import REFERENCE, Cost, CostModel
 from service.engines.onnx_engine.backward import backward_result
 from service.engines.onnx_engine.feeds import graph_feeds
 from service.engines.onnx_engine.forward import forward_result
-from service.engines.onnx_engine.heap import TRIM_AFTER_BYTES, release_free_heap
+from service.engines.onnx_engine.heap import TRIM_AFTER_BYTES, malloc_huge_pages, release_free_heap
 from service.engines.onnx_engine.manifest import ModelCheckError, models_listing, models_source, verify_models
 from service.engines.onnx_engine.providers import available_providers, choose_providers, ort_version
 from service.engines.onnx_engine.routing import backward_graph, forward_graph, request_key
@@ -86,6 +86,7 @@ class OnnxEngine:
         self.graph_optimization_level = graph_optimization_level
         self.warmup = warmup
         self.memory_arena = memory_arena
+        self.malloc_huge_pages = malloc_huge_pages()  # fresh buffers fault in 2 MiB at a time (.heap)
         self.cost_model = cost_model
         self._lock = threading.Lock()
         self._state = "new"  # new -> starting -> ready | failed
@@ -380,6 +381,7 @@ class OnnxEngine:
             "intra_op_threads": self.intra_op_threads,
             "graph_optimization_level": self.graph_optimization_level,
             "memory_arena": self.memory_arena,
+            "malloc_huge_pages": self.malloc_huge_pages,
             "models_source": models_source(self.models_dir),
             "graphs": {name: dict(t) for name, t in self._timings.items()},
         }
