@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
         f"float32 matmul 2048^3: {rate / 1e9:.1f} GFLOP/s; memory bandwidth (matrix-vector over {kv_bytes / 2**20:.0f} "
         f"MiB of keys and values): {bw / 1e9:.1f} GB/s; PyTorch: {'yes, ' + torch_python if torch_ok else 'not found'}"
     )
-    pages = malloc_huge_pages(huge_pages_environment(dict(os.environ)) or os.environ)
+    pages = malloc_huge_pages(huge_pages_environment(os.environ) or os.environ)
     print(
         f"the service's cases run with malloc's huge pages {'on' if pages else 'off'} (as `serve` starts itself: "
         "ATTN_MALLOC_HUGE_PAGES); PyTorch with its own defaults"

@@ -2,8 +2,8 @@
 
 For the graph the engine runs each case on (float32: ``softmax_flash_f32`` for output only at (4, 12, 512, 64) and
 (1, 8, 4096, 64), ``softmax_fused_weights_f32`` with weights at (4, 12, 512, 64); ``python -m bench kernels`` prints
-which graph ran), four ways, each case in a process of its own (:mod:`bench.onnx_options_case`) and the the
-ways interleaved over ``--rounds``:
+which graph ran), eight ways, each case in a process of its own (:mod:`bench.onnx_options_case`) and the ways
+interleaved over ``--rounds``:
 
 - the memory arena off (the engine's default, ``ATTN_ONNX_MEMORY_ARENA=false``) or on;
 - ``InferenceSession.run`` (as the engine calls it) or IO binding with the output preallocated;
@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from bench.suite import Parser
+from service.engines.onnx_engine.heap import HUGE_PAGES_TUNABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 # (label, graph, B, H, L, E, with weights)
@@ -39,7 +40,7 @@ CASES = [
 ]
 WAYS = [(arena, mode, pages) for pages in ("default", "huge") for arena in ("off", "on") for mode in ("run", "bound")]
 """(arena, mode, malloc's pages); the first is the engine's own."""
-HUGE_PAGES = "glibc.malloc.hugetlb=1"
+HUGE_PAGES = f"{HUGE_PAGES_TUNABLE}=1"
 
 
 def arguments() -> Parser:
@@ -53,7 +54,7 @@ def run_case(arena: str, mode: str, pages: str, case: tuple, repeats: int) -> di
     _, graph, B, H, L, E, weights = case
     argv = [int(arena == "on"), mode, graph, B, H, L, E, int(weights), repeats]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t and not t.startswith("glibc.malloc.hugetlb")]
+    tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t and t.partition("=")[0] != HUGE_PAGES_TUNABLE]
     env["GLIBC_TUNABLES"] = ":".join(tunables + ([HUGE_PAGES] if pages == "huge" else []))
     done = subprocess.run(
         [sys.executable, "-m", "bench.onnx_options_case", *map(str, argv)],

@@ -13,16 +13,13 @@ holds over the ready process after the calls and a trim of the C heap (the engin
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
 from typing import Any
 
 import numpy as np
 
-
-def peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # ru_maxrss: KiB on Linux
+from bench.kernel_case import peak_mb
 
 
 def rss_mb() -> float:

@@ -59,7 +59,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "onnx-options",
         "bench.bench_onnx_options",
-        "ONNX Runtime's memory arena and IO binding on the graphs large requests run on: time, peak and held memory",
+        "ONNX Runtime's arena, IO binding and malloc's huge pages on the graphs large requests run on: time, memory",
         "docs/benchmarks/kernels.md",
     ),
     Benchmark(
