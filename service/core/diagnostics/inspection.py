@@ -118,8 +118,10 @@ def norm_summary(weights: np.ndarray, normed: np.ndarray) -> tuple[np.ndarray, n
     mass = normed.sum(axis=-1, dtype=np.float64)
     counted = mass > 0
     rows = counted.sum(axis=-1)
-    share = np.divide(normed.max(axis=-1), mass, out=np.zeros(mass.shape), where=counted)
-    agree = (normed.argmax(axis=-1) == weights.argmax(axis=-1)) & counted
+    top = normed.argmax(axis=-1)  # the row's largest N_ij read at its argmax: one pass fewer than max()
+    largest = np.take_along_axis(normed, top[..., None], axis=-1)[..., 0]
+    share = np.divide(largest, mass, out=np.zeros(mass.shape), where=counted)
+    agree = (top == weights.argmax(axis=-1)) & counted
     mean_share = np.divide(np.where(counted, share, 0.0).sum(axis=-1), rows, out=np.zeros(rows.shape), where=rows > 0)
     agreement = np.divide(agree.sum(axis=-1), rows, out=np.zeros(rows.shape), where=rows > 0)
     return mean_share, agreement, rows
