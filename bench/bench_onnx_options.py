@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from bench.suite import Parser
-from service.engines.onnx_engine.heap import HUGE_PAGES_TUNABLE
+from service.engines.onnx_engine.heap import with_tunable
 
 ROOT = Path(__file__).resolve().parents[1]
 # (label, graph, B, H, L, E, with weights)
@@ -40,7 +40,6 @@ CASES = [
 ]
 WAYS = [(arena, mode, pages) for pages in ("default", "huge") for arena in ("off", "on") for mode in ("run", "bound")]
 """(arena, mode, malloc's pages); the first is the engine's own."""
-HUGE_PAGES = f"{HUGE_PAGES_TUNABLE}=1"
 
 
 def arguments() -> Parser:
@@ -53,9 +52,7 @@ def arguments() -> Parser:
 def run_case(arena: str, mode: str, pages: str, case: tuple, repeats: int) -> dict:
     _, graph, B, H, L, E, weights = case
     argv = [int(arena == "on"), mode, graph, B, H, L, E, int(weights), repeats]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t and t.partition("=")[0] != HUGE_PAGES_TUNABLE]
-    env["GLIBC_TUNABLES"] = ":".join(tunables + ([HUGE_PAGES] if pages == "huge" else []))
+    env = with_tunable({**os.environ, "PYTHONPATH": str(ROOT)}, "1" if pages == "huge" else None)
     done = subprocess.run(
         [sys.executable, "-m", "bench.onnx_options_case", *map(str, argv)],
         capture_output=True,

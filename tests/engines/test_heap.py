@@ -44,6 +44,18 @@ def test_the_environment_gains_the_tunable_and_keeps_the_others(monkeypatch: pyt
     assert heap.huge_pages_environment({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}) is None
 
 
+def test_with_tunable_sets_or_drops_the_one_tunable() -> None:
+    others = {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=0:glibc.malloc.tcache_count=0"}
+    assert heap.with_tunable(others, "1") == {
+        "GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.tcache_count=0:glibc.malloc.hugetlb=1"
+    }
+    assert heap.with_tunable(others, None) == {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.tcache_count=0"}
+    assert heap.with_tunable({}, None) == {"GLIBC_TUNABLES": ""}
+    assert heap.with_tunable({"GLIBC_TUNABLES": "glibc.malloc.hugetlbx=1"}, "1") == {
+        "GLIBC_TUNABLES": "glibc.malloc.hugetlbx=1:glibc.malloc.hugetlb=1"  # a whole name, not a prefix
+    }
+
+
 def test_no_change_where_huge_pages_cannot_work(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(heap, "glibc_version", lambda: (2, 36))
     monkeypatch.setattr(heap, "transparent_huge_pages", lambda: "never")

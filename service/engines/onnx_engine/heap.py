@@ -103,5 +103,12 @@ def huge_pages_environment(environ: Mapping[str, str]) -> dict[str, str] | None:
     """
     if tunable_value(environ) is not None or not huge_pages_possible():
         return None
-    tunables = [t for t in environ.get("GLIBC_TUNABLES", "").split(":") if t]
-    return {**environ, "GLIBC_TUNABLES": ":".join([*tunables, f"{HUGE_PAGES_TUNABLE}=1"])}
+    return with_tunable(environ, "1")
+
+
+def with_tunable(environ: Mapping[str, str], value: str | None, name: str = HUGE_PAGES_TUNABLE) -> dict[str, str]:
+    """``environ`` with tunable ``name`` in ``GLIBC_TUNABLES`` set to ``value`` (left out when None), the other
+    tunables kept in their order.
+    """
+    kept = [t for t in environ.get("GLIBC_TUNABLES", "").split(":") if t and t.partition("=")[0] != name]
+    return {**environ, "GLIBC_TUNABLES": ":".join(kept + ([] if value is None else [f"{name}={value}"]))}
