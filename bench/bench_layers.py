@@ -20,7 +20,14 @@ time beyond the bare maths is what the service adds (target: at most 50 us each)
 All four ask for ``output`` and ``weights`` with diagnostics on, the bare maths' own work. Each cell is the median
 of ``--rounds`` interleaved rounds of ``--calls`` calls.
 
-    python -m bench layers [--rounds 7] [--calls 2000]
+A second table takes the gRPC form apart (it has no framework in front of it, so its layers are all the
+service's): the maths alone, the codec's decode and encode, the model's preparation (options, checks, estimates)
+and run (fresh jobs, each run once), the codec and the model composed without the door, and the servicer; each
+the fastest of ``--rounds`` runs of ``--part-calls`` calls (the least disturbed: these parts are a few
+microseconds each). The door is the servicer less the composed path. Parts timed alone run hot in the caches, so
+they add up to less than the whole.
+
+    python -m bench layers [--rounds 7] [--calls 2000] [--part-calls 4000]
 """
 
 from __future__ import annotations
@@ -39,7 +46,13 @@ from bench.http_bare_app import app as bare_app
 from bench.http_bare_app import tiny_answer
 from bench.suite import Parser
 from service.app import create_app
+from service.core.attention import run_attention
+from service.core.diagnostics import attention_diagnostics
+from service.core.types import AttentionInputs, AttentionParams, AttentionTask
+from service.dataplane.memory import MemoryLease
 from service.dataplane.plane import DataPlane
+from service.dataplane.timing import Timing
+from service.grpc.codecs import GRPC_CODEC, named_model
 from service.grpc.generated import inference_pb2 as pb
 from service.grpc.wire import InferMessage
 from service.settings import Settings
@@ -119,13 +132,98 @@ async def timed(fn: Callable[[], Awaitable[object]], calls: int) -> float:
 
 
 def arguments() -> Parser:
-    parser = Parser(__name__, __doc__, quick={"rounds": 1, "calls": 20})
+    parser = Parser(__name__, __doc__, quick={"rounds": 1, "calls": 20, "part_calls": 20})
     parser.add_rounds(7)
     parser.add_argument("--calls", type=int, default=2000, help="calls per round and form (default 2000)")
+    parser.add_argument(
+        "--part-calls", type=int, default=4000, help="calls per run of each part of the gRPC form (default 4000)"
+    )
     return parser
 
 
-async def measure(rounds: int, calls: int) -> dict[str, list[float]]:
+def servicer_of(plane: DataPlane) -> Any:
+    """``ModelInfer``'s servicer on ``plane``, its class as the gRPC server builds it, holding what it reads."""
+    from service.grpc.service import InferenceService
+
+    servicer = InferenceService.__new__(InferenceService)
+    servicer.plane = plane
+    return servicer
+
+
+def fastest_sync(fn: Callable[[], object], calls: int, rounds: int) -> float:
+    """Microseconds per call of ``fn``, the fastest of ``rounds`` runs of ``calls`` calls (after a warm-up)."""
+    for _ in range(max(10, calls // 10)):
+        fn()
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+    return best
+
+
+async def grpc_parts(plane: DataPlane, message: pb.ModelInferRequest, rounds: int, calls: int) -> dict[str, float]:
+    """The gRPC form taken apart (module docstring): microseconds per call of each part."""
+    ctx = plane.context
+    model = named_model(InferMessage(message))
+    request = GRPC_CODEC.decode(ctx, model, InferMessage(message), "")
+    result = model.prepare(ctx, request, Timing()).run(MemoryLease(None, wait=False))
+    arrays = request.inputs
+    task = AttentionTask(
+        AttentionInputs(arrays["query"], arrays["key"], arrays["value"]),
+        AttentionParams("softmax"),
+        need_weights=True,
+        need_scores=True,
+    )
+
+    def maths() -> object:
+        out = run_attention(task)
+        assert out.weights is not None
+        return attention_diagnostics(out.weights, out.valid_keys, scores=out.scores, output=out.output)
+
+    def fresh_jobs() -> float:  # each job runs once, as in a request: prepared beforehand, outside the clock
+        best = float("inf")
+        for _ in range(rounds):
+            jobs = [model.prepare(ctx, request, Timing()) for _ in range(calls)]
+            t0 = time.perf_counter()
+            for job in jobs:
+                job.run(MemoryLease(None, wait=False))
+            best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+        return best
+
+    def composed() -> object:
+        decoded = GRPC_CODEC.decode(ctx, model, InferMessage(message), "")
+        outcome = model.prepare(ctx, decoded, Timing()).run(MemoryLease(None, wait=False))
+        return GRPC_CODEC.encode(model, decoded, outcome)
+
+    servicer = servicer_of(plane)
+
+    async def infer() -> object:
+        return await servicer.ModelInfer(Decoded(message), NoDeadline())  # type: ignore[arg-type]
+
+    await timed(infer, max(10, calls // 10))  # warm-up
+    best = min([await timed(infer, calls) for _ in range(rounds)])
+    parts = {
+        "the maths alone (run_attention and attention_diagnostics)": fastest_sync(maths, calls, rounds),
+        "the codec's decode": fastest_sync(
+            lambda: GRPC_CODEC.decode(ctx, model, InferMessage(message), ""), calls, rounds
+        ),
+        "the model's preparation (options, checks, estimates)": fastest_sync(
+            lambda: model.prepare(ctx, request, Timing()), calls, rounds
+        ),
+        "the model's run (dispatch, engine, diagnostics, response parameters)": fresh_jobs(),
+        "the codec's encode": fastest_sync(lambda: GRPC_CODEC.encode(model, request, result), calls, rounds),
+        "the codec and the model composed, without the door": fastest_sync(composed, calls, rounds),
+        "the servicer": best,
+    }
+    parts["the door (the servicer less the composed path)"] = (
+        parts["the servicer"] - parts["the codec and the model composed, without the door"]
+    )
+    return parts
+
+
+async def measure(rounds: int, calls: int, part_calls: int) -> tuple[dict[str, list[float]], dict[str, float]]:
     app = create_app(Settings(enable_onnx=False, log_level="warning"))
     plane: DataPlane = app.state.plane
     arrays = tensors()
@@ -133,10 +231,7 @@ async def measure(rounds: int, calls: int) -> dict[str, list[float]]:
     binary, binary_headers = v2_binary(arrays)
     v1 = v1_json(arrays)
     message = grpc_message(arrays)
-    from service.grpc.service import InferenceService  # the servicer class, as the gRPC server builds it
-
-    servicer = InferenceService.__new__(InferenceService)
-    servicer.plane = plane
+    servicer = servicer_of(plane)
 
     async def bare() -> object:
         return tiny_answer(v2)
@@ -173,12 +268,14 @@ async def measure(rounds: int, calls: int) -> dict[str, list[float]]:
         for _ in range(rounds):
             for name, fn in forms.items():
                 results[name].append(await timed(fn, calls))
-    return results
+        parts = await grpc_parts(plane, message, rounds, part_calls)
+        parts["the bare maths"] = fastest_sync(lambda: tiny_answer(v2), part_calls, rounds)
+    return results, parts
 
 
 def main(argv: list[str]) -> int:
     args = arguments().parse(argv)
-    results = asyncio.run(measure(args.rounds, args.calls))
+    results, parts = asyncio.run(measure(args.rounds, args.calls, args.part_calls))
     base = statistics.median(results["bare maths"])
     framework = statistics.median(results[FRAMEWORK])
     print(
@@ -196,4 +293,13 @@ def main(argv: list[str]) -> int:
         verdict = f"<= {TARGET_US:g}: {'met' if over <= TARGET_US else 'missed'}" if name != FRAMEWORK else ""
         rest = f"{median - framework:.1f}" if name.startswith("/v") else ""
         print(f"| {name} | {median:.1f} | {over:.1f} | {verdict} | {rest} |")
+    print(
+        f"\nthe gRPC form taken apart, each part the fastest of {args.rounds} runs of {args.part_calls} calls "
+        "(parts timed alone run hot in the caches: they add up to less than the whole)\n"
+    )
+    print("| part | us per call |")
+    print("|---|---:|")
+    print(f"| the bare maths (tiny_answer) | {parts.pop('the bare maths'):.1f} |")
+    for name, us in parts.items():
+        print(f"| {name} | {us:.1f} |")
     return 0

@@ -183,3 +183,14 @@ def test_the_layers_benchmark_drives_the_service_as_it_is() -> None:
     assert code == 0
     rows = [line for line in out.getvalue().splitlines() if line.startswith("| gRPC (servicer) |")]
     assert len(rows) == 1 and float(rows[0].split("|")[2]) > 0, rows
+    parts = {
+        cells[1].strip(): float(cells[2])
+        for cells in (line.split("|") for line in out.getvalue().splitlines())
+        if len(cells) == 4 and cells[1].startswith(" the ")
+    }
+    assert len(parts) == 9, parts  # the gRPC form taken apart, the bare maths first
+    assert all(us > 0 for name, us in parts.items() if not name.startswith("the door")), parts
+    door = parts["the door (the servicer less the composed path)"]
+    assert door == pytest.approx(
+        parts["the servicer"] - parts["the codec and the model composed, without the door"], abs=0.11
+    )
