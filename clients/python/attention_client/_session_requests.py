@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import numpy.typing as npt
 
-from attention_client._requests import _int, _opt_float, _opt_int, _put, _required_tensor, _tensor
+from attention_client import _arguments as check
 from attention_client.errors import invalid_input
 from attention_client.types import EngineName, Normalizer, Precision
 
@@ -38,7 +38,7 @@ def session_id(sequence_id: Any) -> int | str:
                 "sequence_id", f"{text!r} would name the integer id {int(text)} (a path of digits is an integer id)"
             )
         return text
-    value = _int(sequence_id, "sequence_id") if isinstance(sequence_id, numbers.Integral) else None
+    value = check.as_int(sequence_id, "sequence_id") if isinstance(sequence_id, numbers.Integral) else None
     if value is None or not 1 <= value <= UINT64_MAX:
         raise invalid_input("sequence_id", f"expected an integer in 1 .. 2^64 - 1 or a string, got {sequence_id!r}")
     return value
@@ -70,17 +70,17 @@ def session_options(
     sink_positions: int | None = None,
 ) -> dict[str, Any]:
     """A session's scalar options as a step sends them (those left at None are not sent)."""
-    return _put(
+    return check.put(
         {},
-        scale=_opt_float(scale, "scale"),
-        temperature=_opt_float(temperature, "temperature"),
+        scale=check.opt_float(scale, "scale"),
+        temperature=check.opt_float(temperature, "temperature"),
         normalizer=normalizer,
-        alpha=_opt_float(alpha, "alpha"),
+        alpha=check.opt_float(alpha, "alpha"),
         engine=engine,
         precision=precision,
-        window=_opt_int(window, "window"),
-        sinks=_opt_int(sinks, "sinks"),
-        sink_positions=_opt_int(sink_positions, "sink_positions"),
+        window=check.opt_int(window, "window"),
+        sinks=check.opt_int(sinks, "sinks"),
+        sink_positions=check.opt_int(sink_positions, "sink_positions"),
     )
 
 
@@ -101,16 +101,16 @@ def session_step_body(
 ) -> dict[str, Any]:
     """A step's body, with ``options`` from :func:`session_options` (the retention with a start only)."""
     body = {
-        "query": _required_tensor(query, "query"),
-        "key": _required_tensor(key, "key"),
-        "value": _required_tensor(value, "value"),
+        "query": check.required_tensor(query, "query"),
+        "key": check.required_tensor(key, "key"),
+        "value": check.required_tensor(value, "value"),
         **{name: v for name, v in options.items() if start or name not in _AT_START},
     }
-    return _put(
+    return check.put(
         body,
         start=True if start else None,
         end=True if end else None,
-        mask=_tensor(mask, "mask"),
+        mask=check.tensor(mask, "mask"),
         encoding="base64",
         **{"return": None if returns is None else list(returns)},
     )
