@@ -4,14 +4,10 @@
     python -m bench load --no-grpc [--grpc-clients 64]
     python -m bench load --goodput [--goodput-duration 15]
 
-``--goodput`` measures instead how many valid medium requests (/v2
-(1, 8, 128, 64) float32 with output and weights, JSON and binary) are answered
-200 per second at 1, 16 and 64 clients (wrk, ``bench/load_goodput.lua``), with
-the 503s per second and p50/p99, and checks the issue's target: at 64 clients
-at least 0.8x the best of 1 and 16, and no 5xx but 503.
+``--goodput`` measures the goodput table instead (:mod:`bench.load_goodput`).
 
 Needs wrk (Debian/Ubuntu: ``apt-get install -y wrk``). The run starts the
-service the way production runs it (``python -m service serve``, settings from
+service the way production runs it (:mod:`bench.load_server`: ``python -m service serve``, settings from
 the ``ATTN_*`` environment; ``ATTN_MAX_BODY_BYTES`` defaults to 1 MiB here so
 that an oversized request is 1.5 MiB of loopback traffic, not 48 MiB), drives
 it with wrk and ``bench/load_mix.lua`` (64 connections, 2 threads, 60 s client
@@ -48,7 +44,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -60,10 +55,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
-from bench.http_cases import v2_body
+from bench.load_goodput import goodput
+from bench.load_server import ONE_MIB, rss_bytes, server_counters, start_server
 from bench.machine import machine
 from bench.ports import free_port
 from bench.suite import Parser
@@ -73,10 +68,6 @@ LUA = ROOT / "bench" / "load_mix.lua"
 GRPC_DRIVER = "bench.load_grpc"  # run as python -m, from the repository's root
 GRPC_ALLOWED = ("OK", "INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED", "UNAVAILABLE")
 RSS_HEADROOM = 400 << 20  # peak RSS may exceed the memory budget by this much (the interpreter, gRPC, buffers)
-GOODPUT_LUA = ROOT / "bench" / "load_goodput.lua"
-GOODPUT_SHAPE = (1, 8, 128, 64)
-GOODPUT_CLIENTS = (1, 16, 64)
-ONE_MIB = 1 << 20
 
 
 def _tensor_b64(arr: np.ndarray) -> dict[str, Any]:
@@ -121,27 +112,6 @@ def build_requests(max_body_bytes: int) -> dict[str, tuple[str, bytes, int]]:
     }
 
 
-def rss_bytes(pid: int, field: str = "VmRSS") -> int:
-    """The server's resident memory now (``VmRSS``), or its peak so far (``VmHWM``)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} for pid {pid}")
-
-
-def server_counters(url: str) -> dict[str, float]:
-    """Rejections by reason, requests in flight and answers by status, from the server's /metrics."""
-    out: dict[str, float] = {}
-    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
-        if m := re.match(r'attn_http_requests_rejected_total\{reason="(\w+)"\} (\S+)', line):
-            out[f"rejected_{m.group(1)}"] = float(m.group(2))
-        elif line.startswith("attn_http_requests_in_flight "):
-            out["in_flight"] = float(line.split()[1])
-        elif m := re.match(r"process_resident_memory_bytes (\S+)", line):
-            out["process_resident_memory_mib"] = round(float(m.group(1)) / ONE_MIB, 1)
-    return out
-
-
 def run_wrk(url: str, args: list[str], concurrency: int, seconds: float) -> dict[str, Any]:
     cmd = ["wrk", "-t2", f"-c{concurrency}", f"-d{seconds:g}s", "--timeout", "60s", "-s", str(LUA), url, "--", *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
@@ -182,112 +152,6 @@ def grpc_checks(runs: list[dict[str, Any]]) -> dict[str, bool]:
         "gRPC: no status but " + ", ".join(GRPC_ALLOWED): codes <= set(GRPC_ALLOWED),
         "gRPC: every RESOURCE_EXHAUSTED/UNAVAILABLE with retry-after": without == 0,
     }
-
-
-def start_server(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes], str, Any]:
-    """``python -m service serve`` on a free port, ready; returns (process, url, log file)."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(log_path, "wb")  # noqa: SIM115 -- closed by the caller with the server
-    server = subprocess.Popen(
-        [sys.executable, "-m", "service", "serve"],
-        cwd=ROOT,
-        env={**os.environ, "ATTN_GRPC_PORT": "0", **env, "ATTN_PORT": str(port)},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                return server, url, log
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline or server.poll() is not None:
-            server.kill()
-            raise RuntimeError(f"server not ready; see {log_path}")
-        time.sleep(0.2)
-
-
-def run_goodput_wrk(url: str, body: Path, headers: dict[str, str], clients: int, seconds: float) -> dict[str, Any]:
-    env = {**os.environ, "BENCH_BODY": str(body), "BENCH_HEADERS": "\n".join(f"{k}: {v}" for k, v in headers.items())}
-    cmd = ["wrk", f"-t{min(2, clients)}", f"-c{clients}", f"-d{seconds:g}s", "--timeout", "60s", "-s", str(GOODPUT_LUA)]
-    done = subprocess.run(
-        [*cmd, url + "/v2/models/attention/infer"], capture_output=True, text=True, env=env, timeout=seconds + 120
-    )
-    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("GOODPUT ")), None)
-    if line is None:
-        raise RuntimeError(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    result: dict[str, Any] = json.loads(line[8:])
-    return result
-
-
-def goodput(seconds: float, json_out: str | None, clients_list: tuple[int, ...] = GOODPUT_CLIENTS) -> int:
-    """The goodput table: 200s/s, 503s/s, p50/p99 of valid medium /v2 requests (the HTTP benchmark's) at 1, 16
-    and 64 clients.
-    """
-    workdir = Path(tempfile.mkdtemp(prefix="goodput_"))
-    server, url, log = start_server({"ATTN_LOG_LEVEL": "warning"}, workdir / "server.log")
-    rows: list[dict[str, Any]] = []
-    load_before = os.getloadavg()
-    try:
-        for fmt, binary in (("JSON", False), ("binary", True)):
-            body, headers = v2_body(GOODPUT_SHAPE, binary)
-            path = workdir / f"{fmt}.bin"
-            path.write_bytes(body)
-            assert httpx.post(url + "/v2/models/attention/infer", content=body, headers=headers, timeout=60).is_success
-            run_goodput_wrk(url, path, headers, 16, min(5.0, seconds))  # warm-up
-            for clients in clients_list:
-                time.sleep(1.0)
-                r = run_goodput_wrk(url, path, headers, clients, seconds)
-                elapsed = r["duration_us"] / 1e6
-                by_status: dict[int, int] = {}
-                for status, n in r["counts"]:  # one [status, n] pair per wrk thread: add them up
-                    by_status[status] = by_status.get(status, 0) + n
-                rows.append(
-                    {
-                        "format": fmt,
-                        "clients": clients,
-                        "body_bytes": len(body),
-                        "ok_per_s": round(by_status.get(200, 0) / elapsed, 1),
-                        "refused_503_per_s": round(by_status.get(503, 0) / elapsed, 1),
-                        "other_status": {s: n for s, n in by_status.items() if s not in (200, 503)},
-                        "socket_errors": r["socket_errors"],
-                        "p50_ms": round(r["p50_us"] / 1e3, 1),
-                        "p99_ms": round(r["p99_us"] / 1e3, 1),
-                    }
-                )
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(60)
-        log.close()
-    checks: dict[str, bool] = {}
-    print(f"load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; {seconds:g} s per run")
-    print("| /v2 (1, 8, 128, 64) float32 | clients | 200/s | 503/s | p50 ms | p99 ms | other |")
-    print("|---|---:|---:|---:|---:|---:|---|")
-    for row in rows:
-        other = row["other_status"] or ""
-        if row["socket_errors"]:
-            other = f"{other} socket errors {row['socket_errors']}".strip()
-        print(
-            f"| {row['format']} ({row['body_bytes']} B) | {row['clients']} | {row['ok_per_s']} | "
-            f"{row['refused_503_per_s']} | {row['p50_ms']} | {row['p99_ms']} | {other} |"
-        )
-    for fmt in ("JSON", "binary"):
-        by_clients = {row["clients"]: row for row in rows if row["format"] == fmt}
-        *fewer, most = clients_list
-        best = max(by_clients[n]["ok_per_s"] for n in fewer)
-        at_most = by_clients[most]["ok_per_s"]
-        others = " and ".join(str(n) for n in fewer)
-        checks[f"{fmt}: {most} clients >= 0.8x the best of {others} ({at_most} vs {best})"] = at_most >= 0.8 * best
-        checks[f"{fmt}: no 5xx but 503"] = not any(
-            int(s) >= 500 and int(s) != 503 for row in by_clients.values() for s in row["other_status"]
-        )
-    for name, ok in checks.items():
-        print(f"- {name}: {'met' if ok else 'MISSED'}")
-    if json_out:
-        Path(json_out).write_text(json.dumps({"rows": rows, "checks": checks}, indent=2) + "\n")
-    return 0 if all(checks.values()) else 1
 
 
 def arguments() -> Parser:
