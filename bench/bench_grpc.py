@@ -21,14 +21,10 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,44 +32,13 @@ import numpy as np
 import tritonclient.grpc as tg
 import tritonclient.http as th
 
-from bench.ports import free_port
+from bench.serving import service
 from bench.suite import Parser
 
 ROOT = Path(__file__).resolve().parents[1]
 
 TINY, MEDIUM = (1, 1, 4, 4), (1, 8, 128, 64)
 OUTPUTS = ("output", "weights")
-
-
-@contextmanager
-def service(log: Path, settings: dict[str, str] | None = None, root: Path = ROOT) -> Iterator[tuple[str, str]]:
-    """The service on free ports (with ``settings``, ATTN_* variables, if given; from the checkout ``root``, this one
-    by default); yields (REST host:port, gRPC host:port) once ready.
-    """
-    port, grpc_port = free_port(), free_port()
-    env = {**os.environ, "ATTN_PORT": str(port), "ATTN_GRPC_PORT": str(grpc_port), "ATTN_LOG_LEVEL": "warning"}
-    env.update(settings or {})
-    with open(log, "wb") as out:
-        env["PYTHONPATH"] = str(root)  # the checkout's package first (an editable install points at this one)
-        proc = subprocess.Popen([sys.executable, "-m", "service", "serve"], cwd=root, env=env, stdout=out, stderr=out)
-        try:
-            deadline = time.monotonic() + 300
-            while True:
-                if proc.poll() is not None:
-                    raise SystemExit(f"the service exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise SystemExit("the service was not ready in 300 s")
-                time.sleep(0.1)
-            yield f"127.0.0.1:{port}", f"127.0.0.1:{grpc_port}"
-        finally:
-            proc.terminate()
-            proc.wait(30)
 
 
 def tensors(shape: tuple[int, ...]) -> dict[str, np.ndarray]:

@@ -78,6 +78,7 @@ from bench.asgi import ASGIApp, call
 from bench.http_cases import LARGE, TARGET_CASES, build_cases, v2_body
 from bench.http_report import print_report
 from bench.ports import free_port
+from bench.serving import process
 from bench.suite import Parser
 from bench.timing import median_time
 from service.app import create_app
@@ -107,32 +108,11 @@ def send(
 def server(
     cmd: list[str], ready_url: str, log: Path, timeout: float = 300, env: dict[str, str] | None = None
 ) -> Iterator[None]:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env={**os.environ, **SERVER_ENV, **(env or {})}, stdout=out, stderr=subprocess.STDOUT
-        )
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                if proc.poll() is not None:
-                    raise SystemExit(f"{' '.join(cmd)} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-                try:
-                    with urllib.request.urlopen(ready_url, timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except (urllib.error.URLError, ConnectionError, TimeoutError):
-                    pass
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"{ready_url} not ready after {timeout} s:\n{log.read_text()[-3000:]}")
-                time.sleep(0.1)
-            yield
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    """``cmd`` (a server of this benchmark's) with :data:`SERVER_ENV` and ``env``, until the block ends
+    (:func:`bench.serving.process`).
+    """
+    with process(cmd, ready_url, log, env={**SERVER_ENV, **(env or {})}, timeout_s=timeout):
+        yield
 
 
 def wrk(

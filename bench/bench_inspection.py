@@ -28,7 +28,7 @@ import numpy as np
 import orjson
 import tritonclient.http as th
 
-from bench.bench_grpc import ROOT, service
+from bench.serving import ROOT, service
 from bench.suite import Parser
 
 SHAPE = (1, 8, 128, 64)

@@ -33,7 +33,7 @@ import numpy as np
 import tritonclient.http as th
 from tritonclient.utils import InferenceServerException
 
-from bench.bench_grpc import service
+from bench.serving import service
 from bench.suite import Parser
 from bench.timing import all_cores, median_time
 

@@ -21,19 +21,14 @@ from __future__ import annotations
 import base64
 import http.client
 import os
-import subprocess
-import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import orjson
 
-from bench.ports import free_port
+from bench.serving import service
 from bench.suite import Parser
 from bench.timing import median_time
 from service.app import create_app
@@ -102,26 +97,6 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
     return median_time(fn, repeats) * 1e3
 
 
-def start_server(port: int, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "ATTN_LOG_LEVEL": "warning", "ATTN_ENABLE_ONNX": "false", "ATTN_GRPC_PORT": "0"}
-    cmd = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the server exited:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                if r.status == 200:
-                    return proc
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise SystemExit(f"the server was not ready:\n{log.read_text()[-3000:]}")
-
-
 def http_ms(port: int, body: bytes, repeats: int) -> float:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     headers = {"content-type": "application/json"}
@@ -155,11 +130,11 @@ def main(argv: list[str]) -> int:
     args = arguments().parse(argv)
     app = create_app(Settings(enable_onnx=False))
     ctx = app.state.plane.context
-    port = free_port()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        proc = start_server(port, Path(tmp) / "server.log")
-        try:
+        settings = {"ATTN_ENABLE_ONNX": "false"}
+        with service(Path(tmp) / "server.log", settings) as (rest, _):
+            port = int(rest.rsplit(":", 1)[1])
             for shape in SHAPES:
                 z = logits_for(shape)
                 body = body_for(z)
@@ -172,9 +147,6 @@ def main(argv: list[str]) -> int:
                 handler = median_ms(lambda body=body: handled(ctx, body), args.repeats)
                 over_http = http_ms(port, body, args.repeats)
                 rows.append((shape, len(body), core, base, handler, over_http))
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
     print(
         f"load average after: {os.getloadavg()[0]:.2f}; top_k {TOP_K}, top_p {TOP_P}, float32, n = 1, "
         f"median of {args.repeats}"

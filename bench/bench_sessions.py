@@ -40,7 +40,7 @@ import numpy as np
 import tritonclient.grpc as tg
 import tritonclient.http as th
 
-from bench.bench_grpc import service
+from bench.serving import service
 from bench.suite import Parser
 
 HEADS, HEAD_SIZE = 12, 64

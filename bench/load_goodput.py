@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -18,7 +17,8 @@ from typing import Any
 import httpx
 
 from bench.http_cases import v2_body
-from bench.load_server import ROOT, start_server
+from bench.load_server import served
+from bench.serving import ROOT
 
 GOODPUT_LUA = ROOT / "bench" / "load_goodput.lua"
 GOODPUT_SHAPE = (1, 8, 128, 64)
@@ -43,10 +43,9 @@ def goodput(seconds: float, json_out: str | None, clients_list: tuple[int, ...] 
     and 64 clients.
     """
     workdir = Path(tempfile.mkdtemp(prefix="goodput_"))
-    server, url, log = start_server({"ATTN_LOG_LEVEL": "warning"}, workdir / "server.log")
     rows: list[dict[str, Any]] = []
     load_before = os.getloadavg()
-    try:
+    with served({"ATTN_LOG_LEVEL": "warning"}, workdir / "server.log") as (_, url):
         for fmt, binary in (("JSON", False), ("binary", True)):
             body, headers = v2_body(GOODPUT_SHAPE, binary)
             path = workdir / f"{fmt}.bin"
@@ -73,10 +72,6 @@ def goodput(seconds: float, json_out: str | None, clients_list: tuple[int, ...] 
                         "p99_ms": round(r["p99_us"] / 1e3, 1),
                     }
                 )
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(60)
-        log.close()
     checks: dict[str, bool] = {}
     print(f"load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; {seconds:g} s per run")
     print("| /v2 (1, 8, 128, 64) float32 | clients | 200/s | 503/s | p50 ms | p99 ms | other |")

@@ -5,45 +5,30 @@ resident memory read from ``/proc`` and its own counters from ``/metrics``.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from bench.ports import free_port
+from bench.serving import SERVE, process
 
-ROOT = Path(__file__).resolve().parents[1]
 ONE_MIB = 1 << 20
 
 
-def start_server(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes], str, Any]:
-    """``python -m service serve`` on a free port, ready; returns (process, url, log file)."""
+@contextmanager
+def served(env: dict[str, str], log: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``python -m service serve`` on a free port (gRPC on a free port too unless ``env`` says otherwise), ready;
+    yields (process, url) and stops it with SIGTERM at the end (its exit code then in ``returncode``).
+    """
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    log = open(log_path, "wb")  # noqa: SIM115 -- closed by the caller with the server
-    server = subprocess.Popen(
-        [sys.executable, "-m", "service", "serve"],
-        cwd=ROOT,
-        env={**os.environ, "ATTN_GRPC_PORT": "0", **env, "ATTN_PORT": str(port)},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                return server, url, log
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline or server.poll() is not None:
-            server.kill()
-            raise RuntimeError(f"server not ready; see {log_path}")
-        time.sleep(0.2)
+    env = {"ATTN_GRPC_PORT": "0", **env, "ATTN_PORT": str(port)}
+    with process(SERVE, url + "/readyz", log, env=env, timeout_s=120, grace_s=60) as server:
+        yield server, url
 
 
 def rss_bytes(pid: int, field: str = "VmRSS") -> int:

@@ -45,7 +45,6 @@ import base64
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -58,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from bench.load_goodput import goodput
-from bench.load_server import ONE_MIB, rss_bytes, server_counters, start_server
+from bench.load_server import ONE_MIB, rss_bytes, served, server_counters
 from bench.machine import machine
 from bench.ports import free_port
 from bench.suite import Parser
@@ -201,8 +200,7 @@ def main(argv: list[str]) -> int:
     target = f"127.0.0.1:{grpc_port}"
     workdir = Path(tempfile.mkdtemp(prefix="load_test_"))
     env = {"ATTN_GRPC_PORT": str(grpc_port), "ATTN_MAX_BODY_BYTES": str(max_body)}
-    server, url, log = start_server(env, workdir / "server.log")
-    try:
+    with served(env, workdir / "server.log") as (server, url):
         wrk_args: list[str] = []
         requests = build_requests(max_body)
         for kind, (path, body, weight) in requests.items():
@@ -230,10 +228,7 @@ def main(argv: list[str]) -> int:
         rss["peak"] = rss_bytes(server.pid, "VmHWM")  # under load, before the idle trim gave the free heap back
         counters = server_counters(url)
         load_after = os.getloadavg()
-    finally:
-        server.send_signal(signal.SIGTERM)
-        exit_code = server.wait(60)
-        log.close()
+    exit_code = server.returncode
 
     by_status: Counter[str] = Counter()
     by_kind: dict[str, Counter[str]] = defaultdict(Counter)

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.bench_grpc import service
+from bench.serving import service
 from bench.suite import Parser
 from service.core.attention import run_attention
 from service.core.types import AttentionInputs, AttentionParams, AttentionTask

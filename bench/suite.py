@@ -188,6 +188,7 @@ HELPERS: Mapping[str, str] = {
     "bench.machine": "the header: CPU, clock, BLAS kernel, versions, load",
     "bench.timing": "median timing and the matmul reference rate",
     "bench.ports": "a free loopback port for a benchmark's servers",
+    "bench.serving": "the servers a benchmark starts: a command until ready, the service on free ports",
     "bench.asgi": "an app driven in process through ASGI, without sockets",
     "bench.http_cases": "http's cases and request bodies",
     "bench.http_report": "http's tables",

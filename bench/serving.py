@@ -1,0 +1,78 @@
+"""The servers the benchmarks start: a command in a process of its own, yielded once a URL answers 200, stopped
+with SIGTERM when the benchmark is done (killed when it outlives its grace); and the service itself on free ports,
+started as production runs it (``python -m service serve``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from bench.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVE = [sys.executable, "-m", "service", "serve"]
+"""The service as production starts it: uvicorn with REST and, in the same process, gRPC."""
+
+
+@contextmanager
+def process(
+    cmd: list[str],
+    ready_url: str,
+    log: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    root: Path = ROOT,
+    timeout_s: float = 300.0,
+    grace_s: float = 30.0,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``cmd`` run from ``root`` with ``env`` over this process's environment, its output in ``log``; yielded once
+    ``ready_url`` answers 200 (``SystemExit`` with the log's tail when it exits first or is not ready within
+    ``timeout_s``); at the end stopped with SIGTERM, and killed if it has not exited ``grace_s`` later. Its exit
+    code is then ``returncode``.
+    """
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=root, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                if proc.poll() is not None:
+                    raise SystemExit(f"{' '.join(cmd)} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+                try:
+                    with urllib.request.urlopen(ready_url, timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{ready_url} not ready after {timeout_s:g} s:\n{log.read_text()[-3000:]}")
+                time.sleep(0.1)
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextmanager
+def service(log: Path, settings: Mapping[str, str] | None = None, root: Path = ROOT) -> Iterator[tuple[str, str]]:
+    """The service on free ports (with ``settings``, ATTN_* variables, if given; from the checkout ``root``, this one
+    by default, its package first on the path: an editable install points at this one); yields (REST host:port,
+    gRPC host:port) once ready. ``ATTN_LOG_LEVEL=warning`` unless ``settings`` says otherwise: no access line per
+    request.
+    """
+    port, grpc_port = free_port(), free_port()
+    env = {"ATTN_PORT": str(port), "ATTN_GRPC_PORT": str(grpc_port), "ATTN_LOG_LEVEL": "warning", **(settings or {})}
+    env["PYTHONPATH"] = str(root)
+    with process(SERVE, f"http://127.0.0.1:{port}/readyz", log, env=env, root=root):
+        yield f"127.0.0.1:{port}", f"127.0.0.1:{grpc_port}"
