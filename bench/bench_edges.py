@@ -33,10 +33,7 @@ import contextlib
 import json
 import os
 import resource
-import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -50,6 +47,7 @@ import numpy as np
 import orjson
 
 from bench.ports import free_port
+from bench.serving import SERVE, process
 from bench.suite import Parser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,41 +64,40 @@ def emit(**fields: Any) -> None:
 
 
 class Server:
-    """``python -m service serve`` on a free port with these settings; stopped with SIGTERM."""
+    """``python -m service serve`` on a free port with these settings (:func:`bench.serving.process`); stopped with
+    SIGTERM (:meth:`stop`).
+    """
 
     def __init__(self, env: dict[str, str], *, onnx: bool = False, nofile: int | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        full = {k: v for k, v in os.environ.items() if not k.startswith("PROMETHEUS_")}
-        full.update({"ATTN_PORT": str(self.port), "ATTN_GRPC_ENABLED": "false", "ATTN_LOG_LEVEL": "warning"})
-        full.setdefault("ATTN_ENABLE_ONNX", "true" if onnx else "false")
+        base = {k: v for k, v in os.environ.items() if not k.startswith("PROMETHEUS_")}
+        full = {"ATTN_PORT": str(self.port), "ATTN_GRPC_ENABLED": "false", "ATTN_LOG_LEVEL": "warning"}
+        full["ATTN_ENABLE_ONNX"] = base.get("ATTN_ENABLE_ONNX", "true" if onnx else "false")
         full.update(env)
-        self.log = tempfile.TemporaryFile()  # noqa: SIM115 -- open for the server's life
 
         def limits() -> None:
             if nofile is not None:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "serve"],
-            cwd=ROOT,
-            env=full,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=limits if nofile is not None else None,
-        )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.log.seek(0)
-                raise SystemExit(f"server exited: {self.log.read().decode(errors='replace')[-3000:]}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise SystemExit("server not ready in 120 s")
+        self._stack = contextlib.ExitStack()
+        try:
+            log = Path(self._stack.enter_context(tempfile.TemporaryDirectory())) / "server.log"
+            self.proc = self._stack.enter_context(
+                process(
+                    SERVE,
+                    self.url + "/readyz",
+                    log,
+                    env=full,
+                    base_env=base,
+                    timeout_s=120,
+                    grace_s=60,
+                    preexec_fn=limits if nofile is not None else None,
+                )
+            )
+        except BaseException:
+            self._stack.close()
+            raise
 
     @property
     def pid(self) -> int:
@@ -110,11 +107,7 @@ class Server:
         return status_kb(self.pid, field) / 1024
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        self._stack.close()
 
 
 def binary_infer(shape: tuple[int, ...], outputs: tuple[str, ...] = ("output",)) -> tuple[bytes, dict[str, str]]:

@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,11 +29,14 @@ def process(
     log: Path,
     *,
     env: Mapping[str, str] | None = None,
+    base_env: Mapping[str, str] | None = None,
     root: Path = ROOT,
     timeout_s: float = 300.0,
     grace_s: float = 30.0,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """``cmd`` run from ``root`` with ``env`` over this process's environment, its output in ``log``; yielded once
+    """``cmd`` run from ``root`` with ``env`` over ``base_env`` (this process's environment by default) and
+    ``preexec_fn`` run in the child before it starts (resource limits), its output in ``log``; yielded once
     ``ready_url`` answers 200 (``SystemExit`` with the log's tail when it exits first or is not ready within
     ``timeout_s``); at the end stopped with SIGTERM, and killed if it has not exited ``grace_s`` later. Its exit
     code is then ``returncode``.
