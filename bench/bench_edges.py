@@ -47,16 +47,11 @@ import numpy as np
 import orjson
 
 from bench.ports import free_port
-from bench.serving import SERVE, process
+from bench.serving import SERVE, process, rss_bytes
 from bench.suite import Parser
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1_000_000
-
-
-def status_kb(pid: int, field: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
 def emit(**fields: Any) -> None:
@@ -104,7 +99,7 @@ class Server:
         return self.proc.pid
 
     def rss_mb(self, field: str = "VmRSS") -> float:
-        return status_kb(self.pid, field) / 1024
+        return rss_bytes(self.pid, field) / (1 << 20)
 
     def stop(self) -> None:
         self._stack.close()

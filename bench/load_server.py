@@ -1,6 +1,6 @@
 """The server the load tests drive (``python -m bench load``, with or without ``--goodput``): the service started
-as production runs it (``python -m service serve``, settings from the ``ATTN_*`` environment, a free port), its
-resident memory read from ``/proc`` and its own counters from ``/metrics``.
+as production runs it (``python -m service serve``, settings from the ``ATTN_*`` environment, a free port), and
+its own counters from ``/metrics``.
 """
 
 from __future__ import annotations
@@ -29,14 +29,6 @@ def served(env: dict[str, str], log: Path) -> Iterator[tuple[subprocess.Popen[by
     env = {"ATTN_GRPC_PORT": "0", **env, "ATTN_PORT": str(port)}
     with process(SERVE, url + "/readyz", log, env=env, timeout_s=120, grace_s=60) as server:
         yield server, url
-
-
-def rss_bytes(pid: int, field: str = "VmRSS") -> int:
-    """The server's resident memory now (``VmRSS``), or its peak so far (``VmHWM``)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} for pid {pid}")
 
 
 def server_counters(url: str) -> dict[str, float]:

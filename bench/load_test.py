@@ -57,9 +57,10 @@ from typing import Any
 import numpy as np
 
 from bench.load_goodput import goodput
-from bench.load_server import ONE_MIB, rss_bytes, served, server_counters
+from bench.load_server import ONE_MIB, served, server_counters
 from bench.machine import machine
 from bench.ports import free_port
+from bench.serving import rss_bytes
 from bench.suite import Parser
 
 ROOT = Path(__file__).resolve().parents[1]

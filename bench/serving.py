@@ -1,6 +1,6 @@
 """The servers the benchmarks start: a command in a process of its own, yielded once a URL answers 200, stopped
-with SIGTERM when the benchmark is done (killed when it outlives its grace); and the service itself on free ports,
-started as production runs it (``python -m service serve``).
+with SIGTERM when the benchmark is done (killed when it outlives its grace); the service itself on free ports,
+started as production runs it (``python -m service serve``); and a server's resident memory, read from ``/proc``.
 """
 
 from __future__ import annotations
@@ -79,3 +79,11 @@ def service(log: Path, settings: Mapping[str, str] | None = None, root: Path = R
     env["PYTHONPATH"] = str(root)
     with process(SERVE, f"http://127.0.0.1:{port}/readyz", log, env=env, root=root):
         yield f"127.0.0.1:{port}", f"127.0.0.1:{grpc_port}"
+
+
+def rss_bytes(pid: int, field: str = "VmRSS") -> int:
+    """A process's resident memory (Linux) now (``VmRSS``), or its peak so far (``VmHWM``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} for pid {pid}")

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.serving import service
+from bench.serving import rss_bytes, service
 from bench.suite import Parser
 from service.core.attention import run_attention
 from service.core.types import AttentionInputs, AttentionParams, AttentionTask
@@ -48,13 +48,6 @@ def arguments() -> Parser:
     parser.add_argument("--sequences", type=int, default=1000, help="sequences started in all (default 1000)")
     parser.add_argument("--idle", type=float, default=2.0, help="ATTN_SESSION_IDLE_S for the run (default 2)")
     return parser
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def recompute(q: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
