@@ -50,7 +50,6 @@ from bench.ports import free_port
 from bench.serving import SERVE, process, rss_bytes
 from bench.suite import Parser
 
-ROOT = Path(__file__).resolve().parents[1]
 MB = 1_000_000
 
 

@@ -35,8 +35,6 @@ import tritonclient.http as th
 from bench.serving import service
 from bench.suite import Parser
 
-ROOT = Path(__file__).resolve().parents[1]
-
 TINY, MEDIUM = (1, 1, 4, 4), (1, 8, 128, 64)
 OUTPUTS = ("output", "weights")
 
@@ -127,7 +125,8 @@ def arguments() -> Parser:
 def main(argv: list[str]) -> int:
     args = arguments().parse(argv)
     rows: dict[tuple[str, tuple[int, ...]], tuple[float, float, float]] = {}
-    with tempfile.TemporaryDirectory() as tmp, service(Path(tmp) / "service.log") as (url, target):
+    with tempfile.TemporaryDirectory() as tmp, service(Path(tmp) / "service.log") as served:
+        url, target = served.rest, served.grpc
         for shape in (TINY, MEDIUM):
             arrays = tensors(shape)
             over_grpc, over_rest = grpc_call(target, arrays), rest_call(url, arrays)

@@ -102,13 +102,13 @@ def worktree(ref: str) -> Path:
 def main(argv: list[str]) -> int:
     args = arguments().parse(argv)
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        rest, _ = stack.enter_context(service(Path(tmp) / "service.log"))
+        rest = stack.enter_context(service(Path(tmp) / "service.log")).rest
         forms: dict[str, Callable[[], object]] = {
             "inspection off": caller(rest, False),
             "inspection on": caller(rest, True),
         }
         if args.baseline:
-            base, _ = stack.enter_context(service(Path(tmp) / "baseline.log", root=worktree(args.baseline)))
+            base = stack.enter_context(service(Path(tmp) / "baseline.log", root=worktree(args.baseline))).rest
             forms[f"baseline {args.baseline}"] = caller(base, None)
         for call in forms.values():  # warm every path
             for _ in range(30):

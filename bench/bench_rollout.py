@@ -148,7 +148,8 @@ def main(argv: list[str]) -> int:
     f64 = products(args.layers, args.length, np.float64, args.repeats)
     f32 = products(args.layers, args.length, np.float32, args.repeats)
     whole, one_row = asyncio.run(in_process(weights, args.repeats))
-    with tempfile.TemporaryDirectory() as tmp, service(Path(tmp) / "service.log", ENV) as (rest, _):
+    with tempfile.TemporaryDirectory() as tmp, service(Path(tmp) / "service.log", ENV) as served:
+        rest = served.rest
         v2, v2_floor, answer = over_v2(rest, weights, args.repeats)
         v1, v1_floor = over_v1(rest, weights, args.repeats)
     assert answer.shape == (1, args.length, args.length)

@@ -39,8 +39,6 @@ from service.dataplane.timing import Timing
 from service.http.v1.logits import SAMPLE
 from service.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
-
 SHAPES = [(1, 32000), (1, 256000), (64, 32000)]
 TOP_K, TOP_P, SEED = 50, 0.9, 1234
 
@@ -133,8 +131,8 @@ def main(argv: list[str]) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         settings = {"ATTN_ENABLE_ONNX": "false"}
-        with service(Path(tmp) / "server.log", settings) as (rest, _):
-            port = int(rest.rsplit(":", 1)[1])
+        with service(Path(tmp) / "server.log", settings) as served:
+            port = int(served.rest.rsplit(":", 1)[1])
             for shape in SHAPES:
                 z = logits_for(shape)
                 body = body_for(z)

@@ -310,7 +310,8 @@ def main(argv: list[str]) -> int:
         "ATTN_MAX_WORK_FLOPS": "1e12",
     }
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, service(Path(tmp) / "service.log", env) as (rest, grpc_target):
+    with tempfile.TemporaryDirectory() as tmp, service(Path(tmp) / "service.log", env) as served:
+        rest, grpc_target = served.rest, served.grpc
         tiny50, _ = percentiles(measure_tiny(grpc_target, args.steps))
         for cache in caches:
             unary, unary_bytes = measure_grpc(grpc_target, cache, args.steps)

@@ -17,8 +17,7 @@ from typing import Any
 import httpx
 
 from bench.http_cases import v2_body
-from bench.load_server import served
-from bench.serving import ROOT
+from bench.serving import ROOT, service
 
 GOODPUT_LUA = ROOT / "bench" / "load_goodput.lua"
 GOODPUT_SHAPE = (1, 8, 128, 64)
@@ -45,7 +44,8 @@ def goodput(seconds: float, json_out: str | None, clients_list: tuple[int, ...] 
     workdir = Path(tempfile.mkdtemp(prefix="goodput_"))
     rows: list[dict[str, Any]] = []
     load_before = os.getloadavg()
-    with served({"ATTN_LOG_LEVEL": "warning"}, workdir / "server.log") as (_, url):
+    with service(workdir / "server.log", timeout_s=120, grace_s=60) as served:
+        url = served.url
         for fmt, binary in (("JSON", False), ("binary", True)):
             body, headers = v2_body(GOODPUT_SHAPE, binary)
             path = workdir / f"{fmt}.bin"

@@ -7,7 +7,7 @@
 ``--goodput`` measures the goodput table instead (:mod:`bench.load_goodput`).
 
 Needs wrk (Debian/Ubuntu: ``apt-get install -y wrk``). The run starts the
-service the way production runs it (:mod:`bench.load_server`: ``python -m service serve``, settings from
+service the way production runs it (:func:`bench.serving.service`: ``python -m service serve``, settings from
 the ``ATTN_*`` environment; ``ATTN_MAX_BODY_BYTES`` defaults to 1 MiB here so
 that an oversized request is 1.5 MiB of loopback traffic, not 48 MiB), drives
 it with wrk and ``bench/load_mix.lua`` (64 connections, 2 threads, 60 s client
@@ -44,6 +44,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,17 +55,18 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 
 from bench.load_goodput import goodput
-from bench.load_server import ONE_MIB, served, server_counters
 from bench.machine import machine
 from bench.ports import free_port
-from bench.serving import rss_bytes
+from bench.serving import rss_bytes, service
 from bench.suite import Parser
 
 ROOT = Path(__file__).resolve().parents[1]
 LUA = ROOT / "bench" / "load_mix.lua"
+ONE_MIB = 1 << 20
 GRPC_DRIVER = "bench.load_grpc"  # run as python -m, from the repository's root
 GRPC_ALLOWED = ("OK", "INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED", "UNAVAILABLE")
 RSS_HEADROOM = 400 << 20  # peak RSS may exceed the memory budget by this much (the interpreter, gRPC, buffers)
@@ -110,6 +112,19 @@ def build_requests(max_body_bytes: int) -> dict[str, tuple[str, bytes, int]]:
         "invalid_type": ("/v1/softmax", dump({"logits": "one, two"}), 7),
         "oversized": ("/v1/softmax", b'{"logits": [' + b"0.125, " * (int(max_body_bytes * 1.5) // 7) + b"0.5]}", 10),
     }
+
+
+def server_counters(url: str) -> dict[str, float]:
+    """Rejections by reason, requests in flight and answers by status, from the server's /metrics."""
+    out: dict[str, float] = {}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if m := re.match(r'attn_http_requests_rejected_total\{reason="(\w+)"\} (\S+)', line):
+            out[f"rejected_{m.group(1)}"] = float(m.group(2))
+        elif line.startswith("attn_http_requests_in_flight "):
+            out["in_flight"] = float(line.split()[1])
+        elif m := re.match(r"process_resident_memory_bytes (\S+)", line):
+            out["process_resident_memory_mib"] = round(float(m.group(1)) / ONE_MIB, 1)
+    return out
 
 
 def run_wrk(url: str, args: list[str], concurrency: int, seconds: float) -> dict[str, Any]:
@@ -200,8 +215,13 @@ def main(argv: list[str]) -> int:
     grpc_port = free_port() if args.grpc else 0
     target = f"127.0.0.1:{grpc_port}"
     workdir = Path(tempfile.mkdtemp(prefix="load_test_"))
-    env = {"ATTN_GRPC_PORT": str(grpc_port), "ATTN_MAX_BODY_BYTES": str(max_body)}
-    with served(env, workdir / "server.log") as (server, url):
+    env = {
+        "ATTN_GRPC_PORT": str(grpc_port),
+        "ATTN_MAX_BODY_BYTES": str(max_body),
+        "ATTN_LOG_LEVEL": os.environ.get("ATTN_LOG_LEVEL", "info"),  # as production logs: a line per request
+    }
+    with service(workdir / "server.log", env, timeout_s=120, grace_s=60) as served:
+        server, url = served.proc, served.url
         wrk_args: list[str] = []
         requests = build_requests(max_body)
         for kind, (path, body, weight) in requests.items():

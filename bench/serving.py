@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.ports import free_port
@@ -67,18 +68,39 @@ def process(
                 proc.wait()
 
 
+@dataclass(frozen=True)
+class Served:
+    """The service, running: its REST and gRPC ``host:port`` and its process."""
+
+    rest: str
+    grpc: str
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.rest}"
+
+
 @contextmanager
-def service(log: Path, settings: Mapping[str, str] | None = None, root: Path = ROOT) -> Iterator[tuple[str, str]]:
-    """The service on free ports (with ``settings``, ATTN_* variables, if given; from the checkout ``root``, this one
-    by default, its package first on the path: an editable install points at this one); yields (REST host:port,
-    gRPC host:port) once ready. ``ATTN_LOG_LEVEL=warning`` unless ``settings`` says otherwise: no access line per
-    request.
+def service(
+    log: Path,
+    settings: Mapping[str, str] | None = None,
+    root: Path = ROOT,
+    *,
+    timeout_s: float = 300.0,
+    grace_s: float = 30.0,
+) -> Iterator[Served]:
+    """The service on free ports (with ``settings``, ATTN_* variables, if given, over this process's environment;
+    from the checkout ``root``, this one by default, its package first on the path: an editable install points at
+    this one), once ready; stopped as :func:`process` stops it. ``ATTN_LOG_LEVEL=warning`` unless ``settings`` says
+    otherwise: no access line per request.
     """
     port, grpc_port = free_port(), free_port()
     env = {"ATTN_PORT": str(port), "ATTN_GRPC_PORT": str(grpc_port), "ATTN_LOG_LEVEL": "warning", **(settings or {})}
     env["PYTHONPATH"] = str(root)
-    with process(SERVE, f"http://127.0.0.1:{port}/readyz", log, env=env, root=root):
-        yield f"127.0.0.1:{port}", f"127.0.0.1:{grpc_port}"
+    ready = f"http://127.0.0.1:{port}/readyz"
+    with process(SERVE, ready, log, env=env, root=root, timeout_s=timeout_s, grace_s=grace_s) as proc:
+        yield Served(f"127.0.0.1:{port}", f"127.0.0.1:{grpc_port}", proc)
 
 
 def rss_bytes(pid: int, field: str = "VmRSS") -> int:

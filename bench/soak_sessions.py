@@ -131,9 +131,8 @@ def main(argv: list[str]) -> int:
         "ATTN_MEMORY_BUDGET_BYTES": str(BUDGET),
         "ATTN_COST_CALIBRATION": "off",
     }
-    with tempfile.TemporaryDirectory() as tmp, service(Path(tmp) / "service.log", env) as (rest, _):
-        url = f"http://{rest}"
-        pid = server_pid(rest)
+    with tempfile.TemporaryDirectory() as tmp, service(Path(tmp) / "service.log", env) as served:
+        url, pid = served.url, served.proc.pid
         samples: list[int] = []
         stop = threading.Event()
 
@@ -200,23 +199,3 @@ def main(argv: list[str]) -> int:
     for line in (soak.mismatches + soak.errors + other)[:10]:
         print(f"- {line}")
     return 0 if all(ok for *_, ok in rows) else 1
-
-
-def server_pid(rest: str) -> int:
-    """The pid listening on ``rest``'s port (the single worker serves it), from /proc/net/tcp and the fds."""
-    port = int(rest.rsplit(":", 1)[1])
-    inodes = set()
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if int(fields[1].split(":")[1], 16) == port and fields[3] == "0A":
-            inodes.add(fields[9])
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            for fd in (proc / "fd").iterdir():
-                if fd.readlink().name in {f"socket:[{i}]" for i in inodes}:
-                    return int(proc.name)
-        except OSError:
-            continue
-    raise SystemExit(f"no process listens on {rest}")

@@ -198,7 +198,6 @@ HELPERS: Mapping[str, str] = {
     "bench.peers_report": "peers' rows and tables",
     "bench.peers_runtime": "peers' MLServer runtime (numpy attention), loaded by MLServer in its own venv only",
     "bench.load_grpc": "load's gRPC driver, a process of its own (python -m bench.load_grpc --target HOST:PORT)",
-    "bench.load_server": "load's server: the service started as production runs it, its counters",
     "bench.load_goodput": "load --goodput: the goodput table of valid medium /v2 requests (wrk)",
     "bench.kernel_case": "kernels' one case, a process of its own (its peak RSS its own), PyTorch's too",
     "bench.onnx_options_case": "onnx-options' one case, a process of its own (its peak and held memory its own)",
