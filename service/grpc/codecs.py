@@ -58,7 +58,8 @@ def parameter_value(param: pb.InferParameter) -> Any:
 
 
 def parameters(params: Mapping[str, pb.InferParameter]) -> dict[str, Any]:
-    return {key: parameter_value(value) for key, value in params.items()}
+    """A message's parameters as Python values (most messages send none: an empty map is not walked)."""
+    return {key: parameter_value(value) for key, value in params.items()} if params else {}
 
 
 def set_parameter(param: pb.InferParameter, value: Any) -> None:
@@ -122,7 +123,7 @@ def decode_request(
     array, the outputs asked for, the parameters as Python values. A raw request gets raw outputs. ``contents``:
     the raw input contents, where they do not come in ``request`` (:class:`~service.grpc.wire.InferMessage`).
     """
-    params = parameters(request.parameters) if request.parameters else {}  # most requests send none
+    params = parameters(request.parameters)
     refuse_shared_memory(params, "request")
     raw = request.raw_input_contents if contents is None else contents
     if raw and len(raw) != len(request.inputs):
@@ -142,8 +143,7 @@ def decode_request(
         if any(d < 0 for d in shape):
             raise invalid(f"input {name!r}: shape must be a list of non-negative integers")
         check_input_shape(spec, shape, limits)
-        if tensor.parameters:
-            refuse_shared_memory(parameters(tensor.parameters), f"input {name!r}")
+        refuse_shared_memory(parameters(tensor.parameters), f"input {name!r}")
         if raw:
             if tensor.HasField("contents"):
                 raise invalid(f"input {name!r} has contents, but the request sends raw_input_contents for every input")
@@ -155,7 +155,7 @@ def decode_request(
     requested: dict[str, bool] = {}
     for out in request.outputs:
         check_output(model, outputs, requested, out.name)
-        out_params = parameters(out.parameters) if out.parameters else {}
+        out_params = parameters(out.parameters)
         refuse_shared_memory(out_params, f"output {out.name!r}")
         output_as_binary(out.name, out_params, bool(raw))  # refuses the classification extension
         requested[out.name] = bool(raw)  # over gRPC, outputs go back in the form the inputs came
