@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -20,6 +20,8 @@ import numpy.typing as npt
 from attention_client._wire import encode_tensor
 from attention_client.errors import invalid_input
 from attention_client.types import Causal
+
+T = TypeVar("T")
 
 _NUMERIC_KINDS = frozenset("biuf")
 """numpy dtype kinds a tensor may have: bool, signed and unsigned integers, floats."""
@@ -83,22 +85,23 @@ def opt_float(value: Any, field: str) -> float | None:
     return None if value is None else as_float(value, field)
 
 
-def int_list(values: Any, field: str) -> list[int] | None:
-    """A list of integers (:func:`as_int` each), None when not given."""
+def listed(values: Any, field: str, one: Callable[[Any, str], T], what: str) -> list[T] | None:
+    """``one`` of each value of a list (a sequence or an array, not text) of ``what``, None when not given."""
     if values is None:
         return None
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
-        raise invalid_input(field, f"expected a list of integers, got {values!r}")
-    return [as_int(v, field) for v in values]
+        raise invalid_input(field, f"expected a list of {what}, got {values!r}")
+    return [one(v, field) for v in values]
+
+
+def int_list(values: Any, field: str) -> list[int] | None:
+    """A list of integers (:func:`as_int` each), None when not given."""
+    return listed(values, field, as_int, "integers")
 
 
 def float_list(values: Any, field: str) -> list[float] | None:
     """A list of numbers (:func:`as_float` each), None when not given."""
-    if values is None:
-        return None
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
-        raise invalid_input(field, f"expected a list of numbers, got {values!r}")
-    return [as_float(v, field) for v in values]
+    return listed(values, field, as_float, "numbers")
 
 
 def flag(value: Any, field: str) -> bool:
