@@ -13,8 +13,9 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.test_layout import MAX_LINES, private
+
 PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "python" / "attention_client"
-MAX_LINES = 400
 
 
 def modules() -> dict[str, Path]:
@@ -24,10 +25,6 @@ def modules() -> dict[str, Path]:
         name = "attention_client" if path.stem == "__init__" else f"attention_client.{path.stem}"
         found[name] = path
     return found
-
-
-def private(name: str) -> bool:
-    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
 def private_uses(source: str, name: str, known: set[str]) -> Iterator[str]:
